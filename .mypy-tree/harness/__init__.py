@@ -1,0 +1,1 @@
+../../src/harness/__init__.py

@@ -1,0 +1,304 @@
+"""Append-only evidence stores: one canonical JSON record per line, two chains, durable appends.
+
+Why it is built this way (DESIGN §3):
+* every record carries an HMAC that chains it to the previous one (keyed chain) and is a leaf of
+  an RFC 6962 tree whose signed checkpoints anyone can check (public chain);
+* an append is acknowledged only after ``fdatasync``; ``append_many`` is the group commit;
+* writers take an exclusive ``flock`` and first catch up with anything another process appended,
+  so concurrent writers never interleave or fork the chain;
+* a torn last line (crash mid-write) is moved to ``<store>.quarantine.jsonl`` and a chained
+  ``store.recovered`` record says so; nothing acknowledged is ever dropped;
+* appends cost O(1): the running Merkle root is a compact range, the chain state one MAC.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from harness.verify.canonical import canonical_bytes
+from harness.verify.chain import MacChain, derive_store_key
+from harness.verify.errors import VerificationError
+from harness.verify.merkle import CompactRange
+from harness.verify.records import (
+    RUN_ID_RE,
+    STORES,
+    check_body,
+    mac_input,
+    parse_record_line,
+)
+from harness.verify.storecheck import checkpoint_origin
+
+from .checkpoint import format_checkpoint_body
+from .note import NoteSigner
+
+READ_CHUNK: Final = 1 << 20
+_RUN_MEMBER: Final = b',"run":"'
+
+
+class StoreError(Exception):
+    """The store cannot be appended to safely (corrupt, foreign, or an I/O failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Acknowledgement of a durable append."""
+
+    seq: int
+    mac: str
+    leaf_hash: bytes
+
+
+def utc_now() -> str:
+    """Record time: RFC 3339 UTC with microseconds (an integer nanosecond epoch exceeds 2^53)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StoreWriter:
+    """The single writer API for one store file of one run."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        store: str,
+        run_id: str,
+        hmac_master: bytes,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
+        if store not in STORES:
+            raise StoreError(f"unknown store {store!r}; stores are {', '.join(STORES)}")
+        if not RUN_ID_RE.fullmatch(run_id):
+            raise StoreError(f"invalid run id {run_id!r}")
+        self.path = path
+        self.store = store
+        self.run_id = run_id
+        self._clock = clock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        self._fd = os.open(path, flags, 0o644)
+        if not existed:
+            _fsync_dir(path.parent)
+        self._chain = MacChain(derive_store_key(hmac_master, store, run_id))
+        self._tree = CompactRange()
+        self._end = 0
+        self._last_time = ""
+        with self._locked():
+            self._catch_up()
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def size(self) -> int:
+        """Number of records known to this writer (call under lock for the latest)."""
+        return self._tree.size
+
+    def root(self) -> bytes:
+        return self._tree.root()
+
+    @property
+    def quarantine_path(self) -> Path:
+        return self.path.with_name(f"{self.store}.quarantine.jsonl")
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path.parent / "checkpoints" / self.store
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self._fd < 0:
+            raise StoreError(f"{self.path}: store is closed")
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    # ---- reading what is already there (ours or another writer's) ------------------------
+    def _catch_up(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size < self._end:
+            raise StoreError(f"{self.path}: store shrank from {self._end} to {size} bytes")
+        offset = self._end
+        pending = b""
+        while offset < size:
+            chunk = os.pread(self._fd, min(READ_CHUNK, size - offset), offset)
+            if not chunk:
+                break
+            offset += len(chunk)
+            data = pending + chunk
+            cut = data.rfind(b"\n") + 1
+            for line in data[:cut].split(b"\n")[:-1]:
+                self._accept_existing(line)
+            pending = data[cut:]
+        if pending:
+            self._quarantine(self._end, pending)
+
+    def _accept_existing(self, line: bytes) -> None:
+        where = f"{self.path} record {self._tree.size}"
+        try:
+            record = parse_record_line(line, where)
+            if (record.store, record.run, record.seq) != (
+                self.store,
+                self.run_id,
+                self._tree.size,
+            ):
+                raise StoreError(f"{where}: belongs elsewhere or out of sequence")
+            self._chain.check_next(mac_input(line, record), record.mac, where)
+        except VerificationError as exc:
+            raise StoreError(f"refusing to append to a store that does not verify: {exc}") from None
+        self._tree.append(hashlib.sha256(b"\x00" + line).digest())
+        self._last_time = record.time
+        self._end += len(line) + 1
+
+    def _quarantine(self, offset: int, torn: bytes) -> None:
+        """Move a torn tail aside (kept verbatim), cut it, and record the recovery in-chain."""
+        digest = hashlib.sha256(torn).hexdigest()
+        entry = canonical_bytes(
+            {
+                "data_b64": base64.b64encode(torn).decode("ascii"),
+                "found": self._clock(),
+                "length": len(torn),
+                "offset": offset,
+                "sha256": digest,
+                "store": self.store,
+            }
+        )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        qfd = os.open(self.quarantine_path, flags, 0o644)
+        try:
+            _write_all(qfd, entry + b"\n")
+            os.fsync(qfd)
+        finally:
+            os.close(qfd)
+        os.ftruncate(self._fd, offset)
+        os.fsync(self._fd)
+        self._write(
+            [("store.recovered", {"length": len(torn), "offset": offset, "sha256": digest})]
+        )
+
+    # ---- appending -----------------------------------------------------------------------
+    def append(self, kind: str, body: Mapping[str, Any]) -> Appended:
+        """Append one record; returns once it is durable."""
+        return self.append_many([(kind, body)])[0]
+
+    def append_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Appended]:
+        """Group commit: append records with one write and one fsync; all or none."""
+        batch = list(items)
+        if not batch:
+            return []
+        with self._locked():
+            self._catch_up()
+            return self._write(batch)
+
+    def _write(self, batch: list[tuple[str, Mapping[str, Any]]]) -> list[Appended]:
+        seq = self._tree.size
+        prev = self._chain.prev
+        now = max(self._clock(), self._last_time)
+        lines: list[bytes] = []
+        results: list[Appended] = []
+        for kind, body in batch:
+            check_body(self.store, kind, dict(body), f"{self.store} record {seq}")
+            unsigned = canonical_bytes(
+                {
+                    "body": body,
+                    "kind": kind,
+                    "run": self.run_id,
+                    "seq": seq,
+                    "store": self.store,
+                    "time": now,
+                    "v": 1,
+                }
+            )
+            mac = self._chain.next_mac(unsigned)
+            self._chain.advance(mac)
+            cut = unsigned.rfind(_RUN_MEMBER)
+            line = b'%s,"mac":"%s"%s' % (unsigned[:cut], mac.hex().encode(), unsigned[cut:])
+            lines.append(line)
+            results.append(Appended(seq, mac.hex(), hashlib.sha256(b"\x00" + line).digest()))
+            seq += 1
+        data = b"\n".join(lines) + b"\n"
+        try:
+            _write_all(self._fd, data)
+            os.fdatasync(self._fd)
+        except BaseException:
+            self._chain.prev = prev
+            os.ftruncate(self._fd, self._end)
+            raise
+        self._end += len(data)
+        self._last_time = now
+        for appended in results:
+            self._tree.append(appended.leaf_hash)
+        return results
+
+    # ---- checkpoints ---------------------------------------------------------------------
+    def checkpoint(self, signer: NoteSigner) -> Path:
+        """Sign the current tree head as a C2SP checkpoint; idempotent for an unchanged store."""
+        with self._locked():
+            self._catch_up()
+            body = format_checkpoint_body(
+                checkpoint_origin(self.run_id, self.store), self._tree.size, self._tree.root()
+            )
+            folder = self.checkpoint_dir
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"{self._tree.size:020d}.note"
+            if target.exists() and target.read_bytes().startswith(body):
+                return target
+            note = signer.sign(body)
+            tmp = target.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            try:
+                _write_all(fd, note)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+            _fsync_dir(folder)
+            return target
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def read_checkpoints(folder: Path) -> list[bytes]:
+    """Signed checkpoint notes of one store, oldest first."""
+    if not folder.is_dir():
+        return []
+    return [path.read_bytes() for path in sorted(folder.glob("*.note"))]

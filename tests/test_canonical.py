@@ -1,0 +1,174 @@
+"""RFC 8785 canonical JSON: third-party vectors, strictness, and agreement with rfc8785."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.verify.canonical import (
+    MAX_SAFE_INTEGER,
+    canonical_bytes,
+    jcs_bytes,
+    parse_canonical,
+    parse_strict_json,
+)
+from harness.verify.errors import CanonicalEncodingError
+
+JCS_CASES = ["arrays", "french", "structures", "values"]
+
+
+@pytest.mark.parametrize("case", JCS_CASES)
+def test_cyberphone_vectors(shared_vectors: Path, case: str) -> None:
+    folder = shared_vectors / "cyberphone-json-canonicalization"
+    source = (folder / "input" / f"{case}.json").read_bytes()
+    expected = (folder / "output" / f"{case}.json").read_bytes()
+    hex_bytes = bytes.fromhex((folder / "outhex" / f"{case}.txt").read_text())
+    assert expected == hex_bytes
+    value = parse_strict_json(source, allow_floats=True)
+    assert jcs_bytes(value) == expected
+    # The canonical output is accepted as canonical; the pretty input is not.
+    assert parse_canonical(expected, allow_floats=True) == value
+    with pytest.raises(CanonicalEncodingError):
+        parse_canonical(source, allow_floats=True)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b'{"a":1,"a":1}', "duplicate key"),
+        (b'{"a":{"b":1,"b":2}}', "duplicate key"),
+        (b'{"a": 1}', "canonical"),
+        (b'{"b":1,"a":2}', "canonical"),
+        (b' {"a":1}', "canonical"),
+        (b'{"a":1}\n', "canonical"),
+        (b'{"a":"\\u0041"}', "canonical"),
+        (b'{"a":"\\/"}', "canonical"),
+        (b'{"a":"\\u001F"}', "canonical"),
+        (b'{"a":-0}', "canonical"),
+        (b'{"a":1E2}', "not an integer"),
+        (b'{"a":1.0}', "not an integer"),
+        (b'{"a":NaN}', "NaN"),
+        (b'{"a":Infinity}', "Infinity"),
+        (b'{"a":-Infinity}', "Infinity"),
+        (b'{"a":9007199254740992}', "outside"),
+        (b'{"a":-9007199254740992}', "outside"),
+        (b'{"a":"\\ud800"}', "lone surrogate"),
+        (b'{"a":"\\udc00x"}', "lone surrogate"),
+        (b'{"\xc3\xa9":1,"\xc3\xa9":2}', "duplicate key"),
+        (b"\xff", "UTF-8"),
+        (b'"\xed\xa0\x80"', "UTF-8"),
+        (b"[1]x", "malformed"),
+        (b"", "malformed"),
+        (b"[" * 65 + b"]" * 65, "nesting"),
+    ],
+)
+def test_rejects(data: bytes, reason: str) -> None:
+    with pytest.raises(CanonicalEncodingError, match=reason):
+        parse_canonical(data)
+
+
+def test_deep_nesting_does_not_recurse() -> None:
+    with pytest.raises(CanonicalEncodingError, match="nesting"):
+        parse_canonical(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(CanonicalEncodingError, match="nesting"):
+        parse_strict_json(b'{"a":' * 70 + b"1" + b"}" * 70)
+
+
+def test_brackets_inside_strings_are_not_nesting() -> None:
+    value = {"a": "[" * 200}
+    assert parse_canonical(canonical_bytes(value)) == value
+
+
+def test_integer_limits_are_inclusive() -> None:
+    for n in (MAX_SAFE_INTEGER, -MAX_SAFE_INTEGER):
+        assert parse_canonical(canonical_bytes({"n": n})) == {"n": n}
+        with pytest.raises(CanonicalEncodingError):
+            canonical_bytes({"n": n + (1 if n > 0 else -1)})
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"x": 1.5}, {"x": float("nan")}, {1: "a"}, {"x": b"bytes"}, {"x": "\ud800"}, {"x": {1}}],
+)
+def test_canonical_bytes_refuses_what_it_cannot_read_back(value: Any) -> None:
+    with pytest.raises(CanonicalEncodingError):
+        canonical_bytes(value)
+
+
+def test_strict_json_allows_layout_but_not_duplicates() -> None:
+    assert parse_strict_json(b'{ "b": 1,\n "a": [1, 2] }') == {"a": [1, 2], "b": 1}
+    with pytest.raises(CanonicalEncodingError, match="duplicate"):
+        parse_strict_json(b'{"a": 1, "a": 2}')
+    with pytest.raises(CanonicalEncodingError, match="not an integer"):
+        parse_strict_json(b'{"a": 1.5}')
+
+
+def test_utf16_key_order_differs_from_code_point_order() -> None:
+    # U+1F600 (surrogates D83D DE00) sorts before U+FFFD in UTF-16 units, after it by code point.
+    value = {"\ufffd": 1, "\U0001f600": 2}
+    out = canonical_bytes(value)
+    assert out == rfc8785.dumps(value)
+    assert out.index("\U0001f600".encode()) < out.index("\ufffd".encode())
+    code_point_order = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    with pytest.raises(CanonicalEncodingError):
+        parse_canonical(code_point_order.encode())
+
+
+json_keys = st.text(max_size=6)
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-MAX_SAFE_INTEGER, max_value=MAX_SAFE_INTEGER)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(json_keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _has_surrogate(value: Any) -> bool:
+    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in json.dumps(value, ensure_ascii=False))
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values)
+def test_canonical_bytes_agree_with_rfc8785(value: Any) -> None:
+    if _has_surrogate(value):
+        with pytest.raises(CanonicalEncodingError):
+            canonical_bytes(value)
+        return
+    out = canonical_bytes(value)
+    assert out == rfc8785.dumps(value)
+    assert parse_canonical(out) == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.data())
+def test_any_inserted_whitespace_is_rejected(value: Any, data: st.DataObject) -> None:
+    if _has_surrogate(value):
+        return
+    out = canonical_bytes(value)
+    position = data.draw(st.integers(min_value=0, max_value=len(out)))
+    mutated = out[:position] + b" " + out[position:]
+    try:
+        decoded = parse_canonical(mutated)
+    except CanonicalEncodingError:
+        return
+    # Only a space inside a string literal keeps the bytes canonical, and then the value changed.
+    assert decoded != value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_never_crash(data: bytes) -> None:
+    with contextlib.suppress(CanonicalEncodingError):
+        parse_canonical(data)

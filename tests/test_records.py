@@ -1,0 +1,170 @@
+"""Store record envelope and bodies: the fast checker, the JSON Schema, and their agreement."""
+
+from __future__ import annotations
+
+import copy
+import json
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import pytest
+
+from harness.verify.canonical import canonical_bytes
+from harness.verify.errors import CanonicalEncodingError, SchemaError, VerificationError
+from harness.verify.records import BODY_SPECS, check_envelope, mac_input, parse_record_line
+
+HEX = "ab" * 32
+SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("lineage", "artifact.write"): {
+        "path": "src/a.py",
+        "sha256": HEX,
+        "parents": [HEX],
+        "actor": "agent",
+        "task": "t1",
+        "step": 0,
+        "model": None,
+    },
+    ("lineage", "artifact.delete"): {
+        "path": "src/a.py",
+        "parents": [HEX],
+        "actor": "agent",
+        "task": "t1",
+        "step": 2,
+        "model": "m",
+    },
+    ("audit", "run.start"): {"producer": "harness 0.1.0", "plan": "plan.yaml"},
+    ("audit", "run.end"): {"outcome": "succeeded"},
+    ("audit", "event"): {"name": "gate.passed", "data": {"task": "t1"}},
+    ("replay", "model.call"): {
+        "key": HEX,
+        "adapter": "scripted",
+        "model": "m",
+        "request_sha256": HEX,
+        "response_sha256": HEX,
+    },
+    ("control", "command"): {"operator": "op", "command": "stop", "args": {}},
+}
+for _store in BODY_SPECS:
+    SAMPLE_BODIES[(_store, "store.recovered")] = {"offset": 10, "length": 3, "sha256": HEX}
+
+
+def _record(store: str, kind: str, **changes: Any) -> dict[str, Any]:
+    record = {
+        "v": 1,
+        "store": store,
+        "run": "run-1",
+        "seq": 0,
+        "time": "2026-11-30T05:24:23.123456Z",
+        "kind": kind,
+        "body": copy.deepcopy(SAMPLE_BODIES[(store, kind)]),
+        "mac": HEX,
+    }
+    record.update(changes)
+    return record
+
+
+def _schema_accepts(validator: jsonschema.Draft202012Validator, record: Any) -> bool:
+    return validator.is_valid(record)
+
+
+def _checker_accepts(record: Any) -> bool:
+    try:
+        check_envelope(record, "test")
+    except SchemaError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    text = resources.files("harness.schemas").joinpath("record.schema.json").read_text()
+    schema = json.loads(text)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_every_spec_kind_has_a_sample() -> None:
+    declared = {(store, kind) for store, kinds in BODY_SPECS.items() for kind in kinds}
+    assert declared == set(SAMPLE_BODIES)
+
+
+def _mutations() -> list[tuple[str, dict[str, Any]]]:
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for store, kind in SAMPLE_BODIES:
+        base = _record(store, kind)
+        cases.append((f"{store}:{kind}:valid", base))
+        for member in list(base):
+            missing = copy.deepcopy(base)
+            del missing[member]
+            cases.append((f"{store}:{kind}:missing-{member}", missing))
+        for name in list(base["body"]):
+            no_member = copy.deepcopy(base)
+            del no_member["body"][name]
+            cases.append((f"{store}:{kind}:body-missing-{name}", no_member))
+            wrong = copy.deepcopy(base)
+            wrong["body"][name] = 1.5 if isinstance(wrong["body"][name], int) else 7
+            cases.append((f"{store}:{kind}:body-wrong-{name}", wrong))
+        extra_body = copy.deepcopy(base)
+        extra_body["body"]["surprise"] = 1
+        cases.append((f"{store}:{kind}:body-extra", extra_body))
+    base = _record("audit", "event")
+    for name, value in [
+        ("v", 2),
+        ("v", True),
+        ("store", "other"),
+        ("run", ""),
+        ("run", "a b"),
+        ("run", "-lead"),
+        ("seq", -1),
+        ("seq", "1"),
+        ("seq", True),
+        ("time", "2026-11-30T05:24:23Z"),
+        ("time", "2026-11-30T05:24:23.123456+00:00"),
+        ("kind", "Event"),
+        ("kind", "nope"),
+        ("kind", "artifact.write"),
+        ("mac", "AB" * 32),
+        ("mac", "ab" * 31),
+        ("body", []),
+    ]:
+        cases.append((f"envelope-{name}-{value!r}", {**base, name: value}))
+    cases.append(("envelope-extra", {**base, "extra": 1}))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("case", "record"), _mutations(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_checker_and_schema_agree(
+    validator: jsonschema.Draft202012Validator, case: str, record: dict[str, Any]
+) -> None:
+    expected_valid = case.endswith(":valid")
+    assert _checker_accepts(record) is expected_valid
+    assert _schema_accepts(validator, record) is expected_valid
+
+
+def test_parse_record_line_names_the_place() -> None:
+    line = canonical_bytes(_record("audit", "run.end"))
+    assert parse_record_line(line, "audit.jsonl line 1").kind == "run.end"
+    with pytest.raises(CanonicalEncodingError, match=r"audit.jsonl line 3: .*canonical"):
+        parse_record_line(line.replace(b":", b": ", 1), "audit.jsonl line 3")
+    with pytest.raises(SchemaError, match=r"audit.jsonl line 4: .*unknown member"):
+        bad = _record("audit", "run.end")
+        bad["body"]["x"] = 1
+        parse_record_line(canonical_bytes(bad), "audit.jsonl line 4")
+
+
+def test_mac_input_is_canonical_record_without_mac() -> None:
+    record = _record("lineage", "artifact.write")
+    # Nested members called "mac" or "run" must not confuse the splice.
+    record["body"]["actor"] = 'x","mac":"' + HEX
+    line = canonical_bytes(record)
+    parsed = parse_record_line(line, "t")
+    without = {k: v for k, v in record.items() if k != "mac"}
+    assert mac_input(line, parsed) == canonical_bytes(without)
+
+
+def test_oversized_line_refused() -> None:
+    with pytest.raises(VerificationError, match="limit"):
+        parse_record_line(b"{" + b" " * (1 << 20) + b"}", "t")

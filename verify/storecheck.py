@@ -1,0 +1,154 @@
+"""Streaming verification of one store against its signed checkpoints.
+
+Memory stays bounded whatever the store size: records are read one line at a time, the Merkle
+root is kept as a compact range (O(log n) hashes), and only the roots at checkpoint sizes are
+remembered. What is checked, per record and in order: line length and termination, canonical
+encoding, envelope and body schema, ``store``/``run`` binding, ``seq`` contiguity, time order,
+the keyed chain (when the HMAC key is given); then every checkpoint root against the tree at its
+size, and that the last checkpoint covers the whole store (a cut tail or an unsealed tail fails).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO, Final
+
+from .chain import MacChain, derive_store_key
+from .checkpoint import Checkpoint
+from .errors import ChainError, CheckpointError, SchemaError
+from .merkle import CompactRange
+from .records import MAX_LINE_BYTES, mac_input, parse_record_line
+
+ORIGIN_PREFIX: Final = "harness-verify/v1/"
+_LEAF_PREFIX: Final = b"\x00"
+
+
+def checkpoint_origin(run_id: str, store: str) -> str:
+    """The checkpoint origin line naming one store of one run: binds a checkpoint to its log."""
+    return f"{ORIGIN_PREFIX}{run_id}/{store}"
+
+
+def iter_store_lines(stream: BinaryIO, member: str) -> Iterator[bytes]:
+    """Yield each line of a store without its ``\\n``; refuse over-long or unterminated lines."""
+    number = 0
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 2)
+        if not line:
+            return
+        number += 1
+        if not line.endswith(b"\n"):
+            if len(line) > MAX_LINE_BYTES:
+                raise SchemaError(f"{member} line {number}: longer than {MAX_LINE_BYTES} bytes")
+            raise SchemaError(
+                f"{member} line {number}: not terminated by a newline (torn or truncated write)"
+            )
+        yield line[:-1]
+
+
+@dataclass(slots=True)
+class StoreResult:
+    """What a verified store contains: enough for reports, without keeping the records."""
+
+    store: str
+    run: str
+    size: int = 0
+    root: bytes = b""
+    first_time: str | None = None
+    last_time: str | None = None
+    kinds: Counter[str] = field(default_factory=Counter)
+    keyed: bool = False
+    checkpoint_sizes: list[int] = field(default_factory=list)
+
+
+def verify_store(
+    lines: Iterable[bytes],
+    *,
+    member: str,
+    store: str,
+    run_id: str,
+    checkpoints: Sequence[Checkpoint],
+    hmac_master: bytes | None = None,
+) -> StoreResult:
+    """Verify one store's lines against already signature-checked checkpoints of that store.
+
+    Raises a ``VerificationError`` subclass naming ``member``, the record (line and seq) and the
+    reason at the first failure.
+    """
+    expected_origin = checkpoint_origin(run_id, store)
+    sizes: list[int] = []
+    wanted: dict[int, bytes] = {}
+    for checkpoint in checkpoints:
+        if checkpoint.origin != expected_origin:
+            raise CheckpointError(
+                f"{member}: checkpoint origin {checkpoint.origin!r} is not {expected_origin!r}"
+            )
+        if len(checkpoint.root_hash) != 32:
+            raise CheckpointError(f"{member}: checkpoint root is not 32 bytes")
+        if sizes and checkpoint.size <= sizes[-1]:
+            raise CheckpointError(
+                f"{member}: checkpoint sizes must strictly increase ({sizes[-1]} then "
+                f"{checkpoint.size})"
+            )
+        sizes.append(checkpoint.size)
+        wanted[checkpoint.size] = checkpoint.root_hash
+    if not sizes:
+        raise CheckpointError(f"{member}: no signed checkpoint covers this store")
+
+    result = StoreResult(store=store, run=run_id, keyed=hmac_master is not None)
+    chain = MacChain(derive_store_key(hmac_master, store, run_id)) if hmac_master else None
+    tree = CompactRange()
+    sha256 = hashlib.sha256
+    last_time = ""
+    if 0 in wanted:
+        _check_root(member, 0, tree.root(), wanted[0])
+    for seq, line in enumerate(lines):
+        where = f"{member} line {seq + 1}"
+        record = parse_record_line(line, where)
+        where = f"{where} (seq {record.seq})"
+        if record.store != store or record.run != run_id:
+            raise SchemaError(
+                f"{where}: record belongs to {record.run}/{record.store}, not {run_id}/{store}"
+            )
+        if record.seq != seq:
+            raise ChainError(
+                f"{where}: seq {record.seq} where {seq} was expected "
+                "(record deleted, duplicated or reordered)"
+            )
+        if record.time < last_time:
+            raise ChainError(f"{where}: time {record.time} is earlier than the previous record")
+        last_time = record.time
+        if chain is not None:
+            chain.check_next(mac_input(line, record), record.mac, where)
+        tree.append(sha256(_LEAF_PREFIX + line).digest())
+        result.kinds[record.kind] += 1
+        if result.first_time is None:
+            result.first_time = record.time
+        size = seq + 1
+        if size in wanted:
+            _check_root(member, size, tree.root(), wanted[size])
+    result.size = tree.size
+    result.root = tree.root()
+    result.last_time = last_time or None
+    result.checkpoint_sizes = sizes
+    if sizes[-1] > result.size:
+        raise CheckpointError(
+            f"{member}: signed checkpoint covers {sizes[-1]} records but the store has "
+            f"{result.size} (records removed from the tail)"
+        )
+    if sizes[-1] < result.size:
+        raise CheckpointError(
+            f"{member}: records {sizes[-1]}..{result.size - 1} are not covered by any signed "
+            "checkpoint (unsealed tail)"
+        )
+    return result
+
+
+def _check_root(member: str, size: int, actual: bytes, expected: bytes) -> None:
+    if actual != expected:
+        raise CheckpointError(
+            f"{member}: Merkle root of the first {size} records is {actual.hex()[:16]}… but the "
+            f"signed checkpoint says {expected.hex()[:16]}… (records edited, inserted or removed)"
+        )
