@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from harness.verify.canonical import canonical_bytes
+from harness.verify.canonical import canonical_bytes, encode_checked
 from harness.verify.chain import MacChain, derive_store_key
-from harness.verify.errors import VerificationError
+from harness.verify.errors import ChainError, SchemaError, VerificationError
 from harness.verify.merkle import CompactRange
 from harness.verify.records import (
     RUN_ID_RE,
@@ -168,18 +168,16 @@ class StoreWriter:
             self._quarantine(self._end, pending)
 
     def _accept_existing(self, line: bytes) -> None:
-        where = f"{self.path} record {self._tree.size}"
         try:
-            record = parse_record_line(line, where)
-            if (record.store, record.run, record.seq) != (
-                self.store,
-                self.run_id,
-                self._tree.size,
-            ):
-                raise StoreError(f"{where}: belongs elsewhere or out of sequence")
-            self._chain.check_next(mac_input(line, record), record.mac, where)
+            record = parse_record_line(line, self.store, self.run_id)
+            if record.seq != self._tree.size:
+                raise ChainError(f"seq {record.seq} where {self._tree.size} was expected")
+            self._chain.check_next(mac_input(line, record), record.mac)
         except VerificationError as exc:
-            raise StoreError(f"refusing to append to a store that does not verify: {exc}") from None
+            raise StoreError(
+                f"refusing to append to {self.path}: record {self._tree.size} does not verify: "
+                f"{exc}"
+            ) from None
         self._tree.append(hashlib.sha256(b"\x00" + line).digest())
         self._last_time = record.time
         self._end += len(line) + 1
@@ -230,9 +228,14 @@ class StoreWriter:
         now = max(self._clock(), self._last_time)
         lines: list[bytes] = []
         results: list[Appended] = []
-        for kind, body in batch:
-            check_body(self.store, kind, dict(body), f"{self.store} record {seq}")
-            unsigned = canonical_bytes(
+        for kind, mapping in batch:
+            body = dict(mapping)
+            try:
+                check_body(self.store, kind, body)
+            except SchemaError as exc:
+                raise SchemaError(f"{self.store} record {seq}: {exc}") from None
+            # check_body typed every member (free-form objects walked), so encode directly.
+            unsigned = encode_checked(
                 {
                     "body": body,
                     "kind": kind,

@@ -73,11 +73,11 @@ def test_mac_chain_matches_definition_and_detects_changes() -> None:
 
     verifier = MacChain(key)
     for data, mac in zip(records, macs, strict=True):
-        verifier.check_next(data, mac.hex(), "r")
+        verifier.check_next(data, mac.hex())
 
     reordered = MacChain(key)
     with pytest.raises(ChainError, match="does not chain"):
-        reordered.check_next(records[1], macs[1].hex(), "line 1")
+        reordered.check_next(records[1], macs[1].hex())
     wrong_key = MacChain(derive_store_key(b"k" * 32, "audit", "other-run"))
     with pytest.raises(ChainError):
-        wrong_key.check_next(records[0], macs[0].hex(), "line 1")
+        wrong_key.check_next(records[0], macs[0].hex())

@@ -8,11 +8,18 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
+import orjson
 import pytest
 
 from harness.verify.canonical import canonical_bytes
 from harness.verify.errors import CanonicalEncodingError, SchemaError, VerificationError
-from harness.verify.records import BODY_SPECS, check_envelope, mac_input, parse_record_line
+from harness.verify.records import (
+    BODY_SPECS,
+    _line_pattern,
+    check_envelope,
+    mac_input,
+    parse_record_line,
+)
 
 HEX = "ab" * 32
 SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
@@ -70,7 +77,7 @@ def _schema_accepts(validator: jsonschema.Draft202012Validator, record: Any) -> 
 
 def _checker_accepts(record: Any) -> bool:
     try:
-        check_envelope(record, "test")
+        check_envelope(record)
     except SchemaError:
         return False
     return True
@@ -144,15 +151,48 @@ def test_checker_and_schema_agree(
     assert _schema_accepts(validator, record) is expected_valid
 
 
-def test_parse_record_line_names_the_place() -> None:
+def test_parse_record_line_reasons() -> None:
     line = canonical_bytes(_record("audit", "run.end"))
-    assert parse_record_line(line, "audit.jsonl line 1").kind == "run.end"
-    with pytest.raises(CanonicalEncodingError, match=r"audit.jsonl line 3: .*canonical"):
-        parse_record_line(line.replace(b":", b": ", 1), "audit.jsonl line 3")
-    with pytest.raises(SchemaError, match=r"audit.jsonl line 4: .*unknown member"):
-        bad = _record("audit", "run.end")
-        bad["body"]["x"] = 1
-        parse_record_line(canonical_bytes(bad), "audit.jsonl line 4")
+    assert parse_record_line(line).kind == "run.end"
+    assert parse_record_line(line, "audit", "run-1").kind == "run.end"
+    with pytest.raises(SchemaError, match="store 'audit' is not 'lineage'"):
+        parse_record_line(line, "lineage", "run-1")
+    with pytest.raises(SchemaError, match="run id 'run-1' is not 'run-2'"):
+        parse_record_line(line, "audit", "run-2")
+    with pytest.raises(CanonicalEncodingError, match="canonical"):
+        parse_record_line(line.replace(b":", b": ", 1))
+    bad = _record("audit", "run.end")
+    bad["body"]["x"] = 1
+    with pytest.raises(SchemaError, match="unknown member"):
+        parse_record_line(canonical_bytes(bad))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"f": 1.5}, {"deep": {"x": [1.0]}}, {"n": 2**53}, {"nested": [[[[{}]]]] * 1}],
+)
+def test_free_form_members_are_integer_only(data: dict[str, Any]) -> None:
+    record = _record("audit", "event")
+    record["body"]["data"] = data
+    if data == {"nested": [[[[{}]]]]}:
+        check_envelope(record)  # shallow nesting is fine
+        return
+    with pytest.raises(SchemaError, match="integer-only"):
+        check_envelope(record)
+
+
+def test_float_in_a_record_line_is_rejected() -> None:
+    """decode_canonical leaves floats to the schema: prove the pair rejects them."""
+    record = _record("audit", "event")
+    record["body"]["data"] = {}
+    line = canonical_bytes(record).replace(b'"data":{}', b'"data":{"f":1.5}')
+    with pytest.raises(SchemaError, match="integer-only"):
+        parse_record_line(line)
+    typed = canonical_bytes(_record("lineage", "artifact.write")).replace(
+        b'"step":0', b'"step":0.5'
+    )
+    with pytest.raises(SchemaError, match="step"):
+        parse_record_line(typed)
 
 
 def test_mac_input_is_canonical_record_without_mac() -> None:
@@ -160,11 +200,49 @@ def test_mac_input_is_canonical_record_without_mac() -> None:
     # Nested members called "mac" or "run" must not confuse the splice.
     record["body"]["actor"] = 'x","mac":"' + HEX
     line = canonical_bytes(record)
-    parsed = parse_record_line(line, "t")
+    parsed = parse_record_line(line)
     without = {k: v for k, v in record.items() if k != "mac"}
     assert mac_input(line, parsed) == canonical_bytes(without)
 
 
 def test_oversized_line_refused() -> None:
     with pytest.raises(VerificationError, match="limit"):
-        parse_record_line(b"{" + b" " * (1 << 20) + b"}", "t")
+        parse_record_line(b"{" + b" " * (1 << 20) + b"}")
+
+
+@pytest.mark.parametrize(
+    ("case", "record"), _mutations(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_regex_fast_path_agrees_with_the_dict_checks(case: str, record: dict[str, Any]) -> None:
+    """parse_record_line's one-regex schema must give the verdict check_envelope gives."""
+    store = "audit" if case.startswith("envelope") else case.split(":", maxsplit=1)[0]
+    line = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+    try:
+        check_envelope(record, store, "run-1")
+        slow_ok = True
+    except SchemaError:
+        slow_ok = False
+    try:
+        parsed = parse_record_line(line, store, "run-1")
+        fast_ok = True
+    except VerificationError:
+        fast_ok = False
+    assert fast_ok is slow_ok
+    # Valid records must take the fast path, not only pass through the fallback.
+    assert (_line_pattern(store, "run-1").fullmatch(line) is not None) is fast_ok
+    if fast_ok:
+        assert parsed.body == record["body"]
+        assert (parsed.seq, parsed.time, parsed.kind, parsed.mac) == (
+            record["seq"],
+            record["time"],
+            record["kind"],
+            record["mac"],
+        )
+
+
+@pytest.mark.parametrize("value", ['a"b', "a\\b", "\u00e9", "\x01", "\n", "\U0001f600", "x" * 5000])
+def test_fast_path_accepts_every_string_spelling(value: str) -> None:
+    record = _record("lineage", "artifact.write")
+    record["body"]["path"] = value
+    assert _line_pattern("lineage", "run-1").fullmatch(canonical_bytes(record)) is not None
+    assert parse_record_line(canonical_bytes(record), "lineage", "run-1").body["path"] == value

@@ -93,7 +93,7 @@ def test_torn_tail_is_quarantined_and_recorded(tmp_path: Path) -> None:
     data = path.read_bytes()
     assert data.startswith(intact)
     lines = data.splitlines()
-    recovered = parse_record_line(lines[3], "t")
+    recovered = parse_record_line(lines[3])
     assert recovered.kind == "store.recovered"
     assert recovered.body["offset"] == len(intact)
     assert recovered.body["length"] == len(torn)
@@ -169,7 +169,7 @@ def test_two_concurrent_writers_never_interleave(tmp_path: Path) -> None:
     assert result.size == 300
     seen: dict[str, list[int]] = {"A": [], "B": []}
     for line in data.splitlines():
-        body = parse_record_line(line, "t").body
+        body = parse_record_line(line).body
         seen[body["name"]].append(body["data"]["i"])
     assert seen == {"A": list(range(150)), "B": list(range(150))}
 
@@ -203,7 +203,7 @@ def crash_and_recover(path: Path, rounds: int, seed: int) -> int:
             assert writer.size >= len(acked)
     lines = path.read_bytes().splitlines()
     for seq, n in acked.items():
-        record = parse_record_line(lines[seq], "t")
+        record = parse_record_line(lines[seq])
         assert record.seq == seq
         assert record.body["data"]["i"] == n
     return len(acked)

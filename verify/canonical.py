@@ -3,39 +3,39 @@
 Why this module exists: every digest, MAC and signature in our formats is computed over the
 canonical bytes of a JSON value, so a reader must accept exactly one byte string per value.
 ``parse_canonical`` is that reader: it rejects invalid UTF-8, duplicate keys, NaN/Infinity,
-lone surrogates, integers outside the I-JSON range and any input whose bytes differ from the
-canonical form of the value it decodes to.
+lone surrogates, integers outside the I-JSON range, nesting deeper than 64, and any input whose
+bytes differ from the canonical form of the value it decodes to.
 
-Our own records use *integers only* (DESIGN: time is an RFC 3339 string, amounts are strings),
-which keeps every implementation away from ECMAScript float formatting. Floats are accepted only
-where a caller asks for them (``allow_floats=True``, e.g. third-party JCS vectors), and then the
-exact RFC 8785 serializer from the ``rfc8785`` package decides.
+Our own records use *integers only* (time is an RFC 3339 string; see docs/decisions/0001), which
+keeps every implementation away from ECMAScript float formatting. Floats are accepted only where
+a caller asks (``allow_floats=True``, e.g. third-party JCS vectors), and then the exact RFC 8785
+serializer of the ``rfc8785`` package decides.
 
-Speed matters here (a verifier re-checks every record), so for ASCII, float-free input the check
-uses the C ``json`` encoder: with sorted keys, ``(",", ":")`` separators and ``ensure_ascii=False``
-its output equals RFC 8785 for such values (key order by UTF-16 code units equals code point order
-for ASCII keys; both escape only ``"``, ``\\`` and control characters, with lowercase ``\\u00xx``).
-Anything else takes the exact ``rfc8785`` path.
+Speed matters (a verifier re-checks every record), so ASCII input is checked with ``orjson``:
+for ASCII, float-free values its ``OPT_SORT_KEYS`` output is byte-identical to RFC 8785 (key
+order by UTF-16 code units equals code point order for ASCII keys; both escape only ``"``, ``\\``
+and control characters, the latter as ``\\b \\t \\n \\f \\r`` or lowercase ``\\u00xx``; integers
+print in plain decimal). Duplicate keys collapse on decoding and so fail the byte comparison.
+Non-ASCII input and any value holding a float take the exact ``rfc8785`` path.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final, NoReturn
 
+import orjson
 import rfc8785
 
 from .errors import CanonicalEncodingError
 
-MAX_SAFE_INTEGER = 2**53 - 1
+MAX_SAFE_INTEGER: Final = 2**53 - 1
 """Largest integer every JSON implementation represents exactly (RFC 7493 I-JSON §2.2)."""
 
-MAX_NESTING = 64
+MAX_NESTING: Final = 64
 """Deepest nesting of arrays/objects we accept; deeper input is refused, never recursed into."""
 
-
-class _FloatSeenError(Exception):
-    """Internal: the fast decoder met a float and hands over to the exact path."""
+_SORTED_STRICT: Final = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 
 
 def _reject_constant(name: str) -> Any:
@@ -49,10 +49,6 @@ def _checked_int(text: str) -> int:
     raise CanonicalEncodingError(
         f"integer {text[:40]} is outside ±(2^53−1); use a string for large values"
     )
-
-
-def _float_seen(text: str) -> Any:
-    raise _FloatSeenError(text)
 
 
 def _no_floats(text: str) -> Any:
@@ -72,22 +68,16 @@ def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-_FAST_DECODER = json.JSONDecoder(
-    parse_float=_float_seen, parse_int=_checked_int, parse_constant=_reject_constant
-)
-_STRICT_DECODER = json.JSONDecoder(
+_STRICT_DECODER: Final = json.JSONDecoder(
     parse_int=_checked_int,
     parse_constant=_reject_constant,
     object_pairs_hook=_pairs_without_duplicates,
 )
-_STRICT_INT_DECODER = json.JSONDecoder(
+_STRICT_INT_DECODER: Final = json.JSONDecoder(
     parse_float=_no_floats,
     parse_int=_checked_int,
     parse_constant=_reject_constant,
     object_pairs_hook=_pairs_without_duplicates,
-)
-_FAST_ENCODER = json.JSONEncoder(
-    ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
 )
 
 
@@ -98,11 +88,17 @@ def _decode_text(data: bytes) -> str:
         raise CanonicalEncodingError(f"not valid UTF-8 at byte {exc.start}") from None
 
 
-def _check_depth(text: str) -> None:
-    # Cheap upper bound: nesting can't exceed the count of opening brackets.
-    opens = text.count("[") + text.count("{")
+def _check_depth(text: str | bytes) -> None:
+    """Refuse nesting deeper than MAX_NESTING without recursing (strings are skipped)."""
+    opens = (
+        text.count("[") + text.count("{")
+        if isinstance(text, str)
+        else (text.count(b"[") + text.count(b"{"))
+    )
     if opens <= MAX_NESTING:
         return
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
     depth = 0
     in_string = False
     escaped = False
@@ -139,18 +135,47 @@ def parse_strict_json(data: bytes, *, allow_floats: bool = False) -> Any:
         raise
     except (ValueError, RecursionError) as exc:
         raise CanonicalEncodingError(f"malformed JSON: {exc}") from None
-    _reject_lone_surrogates(value)
+    try:
+        orjson.dumps(value)  # the cheapest complete test for lone surrogates anywhere
+    except orjson.JSONEncodeError:
+        raise CanonicalEncodingError("string holds a lone surrogate") from None
     return value
 
 
-def _reject_lone_surrogates(value: Any) -> None:
-    # Serializing to UTF-8 is the cheapest complete test for lone surrogates anywhere.
+def contains_float(value: Any, depth: int = 0) -> bool:
+    """True if a float sits anywhere in ``value`` (a decoded JSON value)."""
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        return any(contains_float(item, depth + 1) for item in value.values())
+    if kind is list:
+        return any(contains_float(item, depth + 1) for item in value)
+    return False
+
+
+def decode_canonical(data: bytes) -> Any:
+    """Decode and prove canonical form, *leaving the float policy to the caller*.
+
+    This is the verifier's hot path: store records go through it, and their schema check then
+    rejects floats member by member (typed members by type, free-form objects by a walk), which
+    is cheaper than a separate full walk here. Anything that does not have such a schema must
+    use ``parse_canonical``.
+    """
+    _check_depth(data)
     try:
-        _FAST_ENCODER.encode(value).encode("utf-8")
-    except UnicodeEncodeError:
-        raise CanonicalEncodingError("string holds a lone surrogate") from None
-    except ValueError as exc:
-        raise CanonicalEncodingError(str(exc)) from None
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CanonicalEncodingError(_describe_decode_error(data, exc)) from None
+    if data.isascii():
+        try:
+            out = orjson.dumps(value, option=_SORTED_STRICT)
+        except orjson.JSONEncodeError:
+            _explain_non_canonical(data)  # integers beyond 2^53 land here
+        if out != data:
+            _explain_non_canonical(data)
+        return value
+    return _parse_canonical_exact(data)
 
 
 def parse_canonical(data: bytes, *, allow_floats: bool = False) -> Any:
@@ -158,45 +183,40 @@ def parse_canonical(data: bytes, *, allow_floats: bool = False) -> Any:
 
     Raises ``CanonicalEncodingError`` naming the first problem found.
     """
-    text = _decode_text(data)
-    _check_depth(text)
-    try:
-        value = _FAST_DECODER.decode(text)
-    except _FloatSeenError as seen:
+    value = decode_canonical(data)
+    if contains_float(value):
         if not allow_floats:
-            raise CanonicalEncodingError(
-                f"number {str(seen)[:40]} is not an integer; records carry integers only"
-            ) from None
-        return _parse_canonical_exact(data, text)
-    except CanonicalEncodingError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise CanonicalEncodingError(f"malformed JSON: {exc}") from None
-    if data.isascii():
-        try:
-            same = _FAST_ENCODER.encode(value).encode("utf-8") == data
-        except UnicodeEncodeError:
-            raise CanonicalEncodingError("string holds a lone surrogate") from None
-        if not same:
-            _explain_non_canonical(text)
-        return value
-    return _parse_canonical_exact(data, text)
+            raise CanonicalEncodingError("a number is not an integer; records carry integers only")
+        # orjson's float formatting is not ECMAScript's: decide with the exact serializer.
+        return _parse_canonical_exact(data)
+    return value
 
 
-def _parse_canonical_exact(data: bytes, text: str) -> Any:
+def _describe_decode_error(data: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Error path only: let the strict stdlib decoder name the problem precisely."""
+    try:
+        parse_strict_json(data, allow_floats=True)
+    except CanonicalEncodingError as precise:
+        return str(precise)
+    return f"malformed JSON: {exc}"
+
+
+def _parse_canonical_exact(data: bytes) -> Any:
     value = parse_strict_json(data, allow_floats=True)
     try:
         canonical = rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises its own errors for unrepresentable values
         raise CanonicalEncodingError(f"value has no canonical form: {exc}") from None
     if canonical != data:
-        _explain_non_canonical(text)
+        _explain_non_canonical(data, allow_floats=True)
     return value
 
 
-def _explain_non_canonical(text: str) -> None:
+def _explain_non_canonical(data: bytes, *, allow_floats: bool = False) -> NoReturn:
     """Raise the most precise reason we can find for a failed canonical comparison."""
-    _STRICT_DECODER.decode(text)  # raises on duplicate keys
+    parse_strict_json(
+        data, allow_floats=allow_floats
+    )  # raises on duplicate keys, floats, unsafe integers and the like
     raise CanonicalEncodingError(
         "bytes are not the RFC 8785 canonical form (key order, whitespace, escapes or numbers)"
     )
@@ -205,23 +225,26 @@ def _explain_non_canonical(text: str) -> None:
 def canonical_bytes(value: Any) -> bytes:
     """Serialize an integer-only JSON value to its RFC 8785 canonical bytes.
 
-    Raises ``CanonicalEncodingError`` for floats, unsafe integers, non-string keys and lone
-    surrogates: what we cannot read back we must not write.
+    Raises ``CanonicalEncodingError`` for floats, unsafe integers, non-string keys, lone
+    surrogates and over-deep nesting: what we cannot read back we must not write.
     """
-    _check_types(value, 0)
+    check_json_types(value)
+    return encode_checked(value)
+
+
+def encode_checked(value: Any) -> bytes:
+    """Canonical bytes of a value whose types the caller has already checked (hot path)."""
     try:
-        out = _FAST_ENCODER.encode(value).encode("utf-8")
-    except UnicodeEncodeError:
-        raise CanonicalEncodingError("string holds a lone surrogate") from None
+        out = orjson.dumps(value, option=_SORTED_STRICT)
+    except orjson.JSONEncodeError as exc:
+        raise CanonicalEncodingError(f"value has no canonical form: {exc}") from None
     if out.isascii():
         return out
-    try:
-        return bytes(rfc8785.dumps(value))
-    except Exception as exc:
-        raise CanonicalEncodingError(f"value has no canonical form: {exc}") from None
+    return jcs_bytes(value)
 
 
-def _check_types(value: Any, depth: int) -> None:
+def check_json_types(value: Any, depth: int = 0) -> None:
+    """Refuse anything but integer-only JSON values (dict/list/str/int/bool/None)."""
     if depth > MAX_NESTING:
         raise CanonicalEncodingError(f"nesting deeper than {MAX_NESTING}")
     kind = type(value)
@@ -235,12 +258,16 @@ def _check_types(value: Any, depth: int) -> None:
         for key, item in value.items():
             if type(key) is not str:
                 raise CanonicalEncodingError(f"object key {key!r} is not a string")
-            _check_types(item, depth + 1)
+            check_json_types(item, depth + 1)
         return
     if kind is list or kind is tuple:
         for item in value:
-            _check_types(item, depth + 1)
+            check_json_types(item, depth + 1)
         return
+    if kind is float:
+        raise CanonicalEncodingError(
+            f"number {value!r} is not an integer; records carry integers only"
+        )
     raise CanonicalEncodingError(f"{kind.__name__} is not an integer-only JSON value")
 
 

@@ -59,11 +59,9 @@ class MacChain:
     def advance(self, mac: bytes) -> None:
         self.prev = mac
 
-    def check_next(self, mac_input: bytes, claimed_hex: str, where: str) -> None:
+    def check_next(self, mac_input: bytes, claimed_hex: str) -> None:
         """Verify a record's MAC in constant time and advance the chain."""
         expected = self.next_mac(mac_input)
         if not hmac.compare_digest(expected.hex(), claimed_hex):
-            raise ChainError(
-                f"{where}: MAC does not chain (record edited, reordered, moved, or wrong key)"
-            )
+            raise ChainError("MAC does not chain (record edited, reordered, moved, or wrong key)")
         self.prev = expected

@@ -18,7 +18,7 @@ from typing import BinaryIO, Final
 
 from .chain import MacChain, derive_store_key
 from .checkpoint import Checkpoint
-from .errors import ChainError, CheckpointError, SchemaError
+from .errors import ChainError, CheckpointError, SchemaError, VerificationError
 from .merkle import CompactRange
 from .records import MAX_LINE_BYTES, mac_input, parse_record_line
 
@@ -100,35 +100,36 @@ def verify_store(
     result = StoreResult(store=store, run=run_id, keyed=hmac_master is not None)
     chain = MacChain(derive_store_key(hmac_master, store, run_id)) if hmac_master else None
     tree = CompactRange()
+    append_leaf = tree.append
+    kinds = result.kinds
     sha256 = hashlib.sha256
     last_time = ""
     if 0 in wanted:
-        _check_root(member, 0, tree.root(), wanted[0])
-    for seq, line in enumerate(lines):
-        where = f"{member} line {seq + 1}"
-        record = parse_record_line(line, where)
-        where = f"{where} (seq {record.seq})"
-        if record.store != store or record.run != run_id:
-            raise SchemaError(
-                f"{where}: record belongs to {record.run}/{record.store}, not {run_id}/{store}"
-            )
-        if record.seq != seq:
-            raise ChainError(
-                f"{where}: seq {record.seq} where {seq} was expected "
-                "(record deleted, duplicated or reordered)"
-            )
-        if record.time < last_time:
-            raise ChainError(f"{where}: time {record.time} is earlier than the previous record")
-        last_time = record.time
-        if chain is not None:
-            chain.check_next(mac_input(line, record), record.mac, where)
-        tree.append(sha256(_LEAF_PREFIX + line).digest())
-        result.kinds[record.kind] += 1
-        if result.first_time is None:
+        _check_root(0, tree.root(), wanted[0])
+    for index, line in enumerate(lines):
+        seq = -1
+        try:
+            record = parse_record_line(line, store, run_id)
+            seq = record.seq
+            if seq != index:
+                raise ChainError(
+                    f"seq {seq} where {index} was expected (record deleted, duplicated or "
+                    "reordered)"
+                )
+            if record.time < last_time:
+                raise ChainError(f"time {record.time} is earlier than the previous record")
+            last_time = record.time
+            if chain is not None:
+                chain.check_next(mac_input(line, record), record.mac)
+            append_leaf(sha256(_LEAF_PREFIX + line).digest())
+            kinds[record.kind] += 1
+            if index + 1 in wanted:
+                _check_root(index + 1, tree.root(), wanted[index + 1])
+        except VerificationError as exc:
+            where = f"{member} line {index + 1}" + (f" (seq {seq})" if seq >= 0 else "")
+            raise type(exc)(f"{where}: {exc}") from None
+        if index == 0:
             result.first_time = record.time
-        size = seq + 1
-        if size in wanted:
-            _check_root(member, size, tree.root(), wanted[size])
     result.size = tree.size
     result.root = tree.root()
     result.last_time = last_time or None
@@ -146,9 +147,9 @@ def verify_store(
     return result
 
 
-def _check_root(member: str, size: int, actual: bytes, expected: bytes) -> None:
+def _check_root(size: int, actual: bytes, expected: bytes) -> None:
     if actual != expected:
         raise CheckpointError(
-            f"{member}: Merkle root of the first {size} records is {actual.hex()[:16]}… but the "
-            f"signed checkpoint says {expected.hex()[:16]}… (records edited, inserted or removed)"
+            f"Merkle root of the first {size} records is {actual.hex()[:16]}… but the signed "
+            f"checkpoint says {expected.hex()[:16]}… (records edited, inserted or removed)"
         )

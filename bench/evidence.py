@@ -1,0 +1,152 @@
+"""Evidence-core benchmark: durable appends, store verification, and the hash+HMAC floor.
+
+Prints one JSON line. Run: ``python bench/evidence.py --records 100000``.
+
+* ``append_records_per_s`` — durable appends (group commit: ``--batch`` records per fsync).
+* ``append_cpu_us_per_record`` — process CPU per appended record (serialization, MAC, leaf
+  hash, tree update, write), excluding time blocked in fsync.
+* ``verify_keyless_records_per_s`` / ``verify_keyed_records_per_s`` — full store verification
+  (line split, canonical check, schema, seq, Merkle root vs signed checkpoint; keyed adds the
+  HMAC chain), each in a fresh interpreter so ``peak_rss_mb`` is the verifier's own peak.
+* ``floor_records_per_s`` — bare SHA-256 leaf hash + HMAC-SHA256 (``hmac.digest``) over the
+  same record bytes in this run: what any verifier must at least spend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from harness.receipts.keys import OperatorKeys
+from harness.receipts.store import StoreWriter
+from harness.verify.runcheck import open_checkpoints
+from harness.verify.storecheck import iter_store_lines, verify_store
+
+MASTER = bytes(range(32))
+RUN = "bench-run"
+
+
+def _keys() -> OperatorKeys:
+    return OperatorKeys(Ed25519PrivateKey.from_private_bytes(b"\x05" * 32), MASTER)
+
+
+def _body(i: int) -> dict[str, object]:
+    digest = hashlib.sha256(b"%d" % i).hexdigest()
+    return {
+        "path": f"src/module_{i % 997}/file_{i}.py",
+        "sha256": digest,
+        "parents": [hashlib.sha256(digest.encode()).hexdigest()],
+        "actor": "claude-code",
+        "task": f"task-{i // 100}",
+        "step": i % 50,
+        "model": "claude-sonnet-4",
+    }
+
+
+def append(folder: Path, records: int, batch: int) -> dict[str, float]:
+    keys = _keys()
+    path = folder / "lineage.jsonl"
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    with StoreWriter(path, store="lineage", run_id=RUN, hmac_master=MASTER) as writer:
+        for start in range(0, records, batch):
+            writer.append_many(
+                ("artifact.write", _body(i)) for i in range(start, min(records, start + batch))
+            )
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        writer.checkpoint(keys.note_signer())
+    return {
+        "append_records_per_s": records / wall,
+        "append_cpu_us_per_record": cpu / records * 1e6,
+        "store_bytes": path.stat().st_size,
+    }
+
+
+def verify(folder: Path, keyed: bool) -> dict[str, float]:
+    keys = _keys()
+    notes = [
+        (p.name, p.read_bytes()) for p in sorted((folder / "checkpoints" / "lineage").iterdir())
+    ]
+    t0 = time.perf_counter()
+    checkpoints = open_checkpoints(notes, [keys.note_signer().verifier_key()])
+    with (folder / "lineage.jsonl").open("rb", buffering=1 << 20) as stream:
+        result = verify_store(
+            iter_store_lines(stream, "lineage.jsonl"),
+            member="lineage.jsonl",
+            store="lineage",
+            run_id=RUN,
+            checkpoints=checkpoints,
+            hmac_master=MASTER if keyed else None,
+        )
+    seconds = time.perf_counter() - t0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"records": result.size, "seconds": seconds, "peak_rss_mb": peak_mb}
+
+
+def floor(folder: Path) -> float:
+    key = hashlib.sha256(b"k").digest()
+    sha256, digest = hashlib.sha256, hmac.digest
+    count = 0
+    t0 = time.perf_counter()
+    with (folder / "lineage.jsonl").open("rb", buffering=1 << 20) as stream:
+        for line in stream:
+            record = line[:-1]
+            sha256(b"\x00" + record).digest()
+            digest(key, record, "sha256")
+            count += 1
+    return count / (time.perf_counter() - t0)
+
+
+def _verify_in_fresh_process(folder: Path, keyed: bool) -> dict[str, float]:
+    args = [sys.executable, __file__, "--verify-folder", str(folder)]
+    if keyed:
+        args.append("--keyed")
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    result: dict[str, float] = json.loads(out)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--batch", type=int, default=1000, help="records per group commit")
+    parser.add_argument("--dir", type=Path, default=None, help="work folder (default: temp)")
+    parser.add_argument("--verify-folder", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--keyed", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.verify_folder:
+        print(json.dumps(verify(args.verify_folder, args.keyed)))
+        return
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        folder = Path(tmp)
+        figures: dict[str, object] = {"records": args.records, "batch": args.batch}
+        figures.update(append(folder, args.records, args.batch))
+        keyless = _verify_in_fresh_process(folder, keyed=False)
+        keyed = _verify_in_fresh_process(folder, keyed=True)
+        assert keyless["records"] == keyed["records"] == args.records
+        floor_rate = floor(folder)
+        figures.update(
+            {
+                "verify_keyless_records_per_s": keyless["records"] / keyless["seconds"],
+                "verify_keyed_records_per_s": keyed["records"] / keyed["seconds"],
+                "floor_records_per_s": floor_rate,
+                "keyed_vs_floor": floor_rate / (keyed["records"] / keyed["seconds"]),
+                "peak_rss_mb": max(keyless["peak_rss_mb"], keyed["peak_rss_mb"]),
+            }
+        )
+        print(
+            json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()})
+        )
+
+
+if __name__ == "__main__":
+    main()
