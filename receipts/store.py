@@ -30,11 +30,12 @@ from harness.verify.chain import MacChain, derive_store_key
 from harness.verify.errors import ChainError, SchemaError, VerificationError
 from harness.verify.merkle import CompactRange
 from harness.verify.records import (
+    MAX_LINE_BYTES,
     RUN_ID_RE,
     STORES,
     check_body,
-    mac_input,
     parse_record_line,
+    split_mac,
 )
 from harness.verify.storecheck import checkpoint_origin
 
@@ -56,11 +57,24 @@ class Appended:
     seq: int
     mac: str
     leaf_hash: bytes
+    line: bytes
 
 
 def utc_now() -> str:
     """Record time: RFC 3339 UTC with microseconds (an integer nanosecond epoch exceeds 2^53)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _make_dirs(folder: Path) -> None:
+    """Create ``folder`` and missing parents, syncing each new entry into its parent."""
+    missing = []
+    probe = folder
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        _fsync_dir(new.parent)
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -91,7 +105,7 @@ class StoreWriter:
         self.store = store
         self.run_id = run_id
         self._clock = clock
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_dirs(path.parent)
         existed = path.exists()
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         self._fd = os.open(path, flags, 0o644)
@@ -172,7 +186,7 @@ class StoreWriter:
             record = parse_record_line(line, self.store, self.run_id)
             if record.seq != self._tree.size:
                 raise ChainError(f"seq {record.seq} where {self._tree.size} was expected")
-            self._chain.check_next(mac_input(line, record), record.mac)
+            self._chain.check_next(split_mac(line)[1], record.mac)
         except VerificationError as exc:
             raise StoreError(
                 f"refusing to append to {self.path}: record {self._tree.size} does not verify: "
@@ -196,12 +210,15 @@ class StoreWriter:
             }
         )
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        created = not self.quarantine_path.exists()
         qfd = os.open(self.quarantine_path, flags, 0o644)
         try:
             _write_all(qfd, entry + b"\n")
             os.fsync(qfd)
         finally:
             os.close(qfd)
+        if created:
+            _fsync_dir(self.path.parent)
         os.ftruncate(self._fd, offset)
         os.fsync(self._fd)
         self._write(
@@ -222,47 +239,55 @@ class StoreWriter:
             self._catch_up()
             return self._write(batch)
 
-    def _write(self, batch: list[tuple[str, Mapping[str, Any]]]) -> list[Appended]:
+    def _encode(self, batch: list[tuple[str, Mapping[str, Any]]], now: str) -> list[Appended]:
+        """Build the lines of a batch; the chain state is untouched unless all of them encode."""
         seq = self._tree.size
-        prev = self._chain.prev
-        now = max(self._clock(), self._last_time)
-        lines: list[bytes] = []
+        chain = MacChain.resume(self._chain, self._chain.prev)
         results: list[Appended] = []
         for kind, mapping in batch:
             body = dict(mapping)
             try:
                 check_body(self.store, kind, body)
-            except SchemaError as exc:
-                raise SchemaError(f"{self.store} record {seq}: {exc}") from None
-            # check_body typed every member (free-form objects walked), so encode directly.
-            unsigned = encode_checked(
-                {
-                    "body": body,
-                    "kind": kind,
-                    "run": self.run_id,
-                    "seq": seq,
-                    "store": self.store,
-                    "time": now,
-                    "v": 1,
-                }
-            )
-            mac = self._chain.next_mac(unsigned)
-            self._chain.advance(mac)
+                # check_body typed every member (free-form objects walked): encode directly.
+                unsigned = encode_checked(
+                    {
+                        "body": body,
+                        "kind": kind,
+                        "run": self.run_id,
+                        "seq": seq,
+                        "store": self.store,
+                        "time": now,
+                        "v": 1,
+                    }
+                )
+            except VerificationError as exc:
+                raise type(exc)(f"{self.store} record {seq}: {exc}") from None
+            mac = chain.next_mac(unsigned)
+            chain.advance(mac)
             cut = unsigned.rfind(_RUN_MEMBER)
             line = b'%s,"mac":"%s"%s' % (unsigned[:cut], mac.hex().encode(), unsigned[cut:])
-            lines.append(line)
-            results.append(Appended(seq, mac.hex(), hashlib.sha256(b"\x00" + line).digest()))
+            if len(line) > MAX_LINE_BYTES:
+                raise SchemaError(
+                    f"{self.store} record {seq}: {len(line)} bytes, over the {MAX_LINE_BYTES}-byte "
+                    "line limit readers enforce"
+                )
+            results.append(Appended(seq, mac.hex(), hashlib.sha256(b"\x00" + line).digest(), line))
             seq += 1
-        data = b"\n".join(lines) + b"\n"
+        return results
+
+    def _write(self, batch: list[tuple[str, Mapping[str, Any]]]) -> list[Appended]:
+        now = max(self._clock(), self._last_time)
+        results = self._encode(batch, now)
+        data = b"".join(appended.line + b"\n" for appended in results)
         try:
             _write_all(self._fd, data)
             os.fdatasync(self._fd)
         except BaseException:
-            self._chain.prev = prev
             os.ftruncate(self._fd, self._end)
             raise
         self._end += len(data)
         self._last_time = now
+        self._chain.advance(bytes.fromhex(results[-1].mac))
         for appended in results:
             self._tree.append(appended.leaf_hash)
         return results
@@ -276,11 +301,13 @@ class StoreWriter:
                 checkpoint_origin(self.run_id, self.store), self._tree.size, self._tree.root()
             )
             folder = self.checkpoint_dir
-            folder.mkdir(parents=True, exist_ok=True)
+            _make_dirs(folder)
             target = folder / f"{self._tree.size:020d}.note"
-            if target.exists() and target.read_bytes().startswith(body):
-                return target
-            note = signer.sign(body)
+            note = signer.sign(body)  # Ed25519 is deterministic: same key, same bytes
+            if target.exists():
+                if target.read_bytes() == note:
+                    return target
+                raise StoreError(f"{target} exists and was signed by another key")
             tmp = target.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             try:

@@ -222,3 +222,41 @@ def test_sigkill_crashes_lose_no_acknowledged_record(tmp_path: Path) -> None:
     if quarantine.exists():
         entries = [json.loads(line) for line in quarantine.read_text().splitlines()]
         assert result.kinds["store.recovered"] == len(entries)
+
+
+def test_failed_batch_leaves_the_chain_intact(tmp_path: Path) -> None:
+    keys = make_keys()
+    path = tmp_path / "audit.jsonl"
+    with open_writer(path) as writer:
+        writer.append(*event(0))
+        with pytest.raises(Exception, match=r"record 2: .*unknown member"):
+            writer.append_many([event(1), ("event", {"name": "x", "data": {}, "bad": 1})])
+        assert writer.size == 1
+        writer.append(*event(1))
+        writer.checkpoint(keys.note_signer())
+    result = verify_bytes(path.read_bytes(), checkpoints_of(writer, keys))
+    assert result.size == 2 and result.keyed
+
+
+def test_writer_refuses_what_readers_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    deep: object = {}
+    for _ in range(62):  # record (1) > body (2) > data (3) > ... > level 65
+        deep = {"d": deep}
+    with open_writer(path) as writer:
+        with pytest.raises(Exception, match="line limit"):
+            writer.append("event", {"name": "x" * (1 << 20), "data": {}})
+        with pytest.raises(Exception, match="nesting deeper than 64"):
+            writer.append("event", {"name": "x", "data": deep})
+        assert writer.size == 0
+    assert path.read_bytes() == b""
+
+
+def test_checkpoint_by_another_key_is_not_overwritten(tmp_path: Path) -> None:
+    with open_writer(tmp_path / "audit.jsonl") as writer:
+        writer.append(*event(0))
+        first = writer.checkpoint(make_keys(1).note_signer())
+        kept = first.read_bytes()
+        with pytest.raises(StoreError, match="signed by another key"):
+            writer.checkpoint(make_keys(2).note_signer())
+    assert first.read_bytes() == kept

@@ -243,11 +243,15 @@ def encode_checked(value: Any) -> bytes:
     return jcs_bytes(value)
 
 
-def check_json_types(value: Any, depth: int = 0) -> None:
-    """Refuse anything but integer-only JSON values (dict/list/str/int/bool/None)."""
-    if depth > MAX_NESTING:
-        raise CanonicalEncodingError(f"nesting deeper than {MAX_NESTING}")
+def check_json_types(value: Any, depth: int = 1) -> None:
+    """Refuse anything but integer-only JSON values (dict/list/str/int/bool/None).
+
+    ``depth`` is the nesting level ``value`` sits at if it is an array or object (the top-level
+    value is level 1), so a container deeper than MAX_NESTING is refused exactly as readers do.
+    """
     kind = type(value)
+    if (kind is dict or kind is list or kind is tuple) and depth > MAX_NESTING:
+        raise CanonicalEncodingError(f"nesting deeper than {MAX_NESTING}")
     if kind is str or kind is bool or value is None:
         return
     if kind is int:

@@ -15,7 +15,7 @@ from typing import Final
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .errors import ChainError
+from .errors import ChainError, MacMismatchError
 
 GENESIS_MAC: Final = bytes(32)
 MIN_MASTER_KEY_BYTES: Final = 32
@@ -49,6 +49,14 @@ class MacChain:
         self._keyed = hmac.new(store_key, digestmod="sha256")
         self.prev = prev
 
+    @classmethod
+    def resume(cls, keyed_from: MacChain, prev: bytes) -> MacChain:
+        """A chain with the same key continuing from ``prev`` (for tentative batches)."""
+        chain = cls.__new__(cls)
+        chain._keyed = keyed_from._keyed
+        chain.prev = prev
+        return chain
+
     def next_mac(self, mac_input: bytes) -> bytes:
         """MAC of the next record; does not advance (call ``advance`` once it is accepted)."""
         state = self._keyed.copy()
@@ -63,5 +71,7 @@ class MacChain:
         """Verify a record's MAC in constant time and advance the chain."""
         expected = self.next_mac(mac_input)
         if not hmac.compare_digest(expected.hex(), claimed_hex):
-            raise ChainError("MAC does not chain (record edited, reordered, moved, or wrong key)")
+            raise MacMismatchError(
+                "MAC does not chain (record edited, reordered, moved, or wrong key)"
+            )
         self.prev = expected

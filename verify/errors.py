@@ -9,7 +9,24 @@ from __future__ import annotations
 
 
 class VerificationError(Exception):
-    """Evidence failed a check. The message says which check and why."""
+    """Evidence failed a check. The message says which check and why.
+
+    ``member``, ``line`` and ``seq`` locate the failure when known, so reports (JSON, SARIF)
+    can point at it without parsing the message.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        member: str | None = None,
+        line: int | None = None,
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.member = member
+        self.line = line
+        self.seq = seq
 
 
 class CanonicalEncodingError(VerificationError):
@@ -54,3 +71,7 @@ class CheckpointError(VerificationError):
 
 class ChainError(VerificationError):
     """A store's keyed HMAC chain or record sequence is broken."""
+
+
+class MacMismatchError(ChainError):
+    """A record's HMAC does not chain from the previous one under the store key."""

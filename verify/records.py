@@ -84,7 +84,7 @@ def _object(value: Any) -> str | None:
     if type(value) is not dict:
         return "an object"
     try:
-        check_json_types(value, depth=2)  # record -> body -> this member
+        check_json_types(value, depth=3)  # record (1) -> body (2) -> this member (3)
     except CanonicalEncodingError as exc:
         return f"integer-only JSON ({exc})"
     return None
@@ -283,6 +283,7 @@ def parse_record_line(line: bytes, store: str | None = None, run: str | None = N
         and run is not None
         and store in BODY_SPECS
         and _line_pattern(store, run).fullmatch(line) is not None
+        and obj.keys() == ENVELOPE_KEYS  # a free-form ``{.*}`` could swallow extra members
     ):
         kind, body = obj["kind"], obj["body"]
         if kind in _FREE_FORM_KINDS[store]:
@@ -291,16 +292,17 @@ def parse_record_line(line: bytes, store: str | None = None, run: str | None = N
     return check_envelope(obj, store, run)
 
 
-def mac_input(line: bytes, record: Record) -> bytes:
-    """The bytes the record's MAC covers: its canonical encoding without the ``mac`` member.
+def split_mac(line: bytes) -> tuple[str, bytes]:
+    """Return the record's MAC (hex) and the bytes it covers, without re-serializing.
 
-    Spec: canonical JSON of the record object minus ``mac``. Because the line is canonical and
-    ``mac`` is never the first member (``body`` and ``kind`` sort before it) nor followed by
-    anything but envelope scalars whose syntax excludes quotes, removing the bytes
-    ``,"mac":"<64 hex>"`` gives exactly that encoding without re-serializing.
+    Spec: the MAC covers the canonical JSON of the record object minus ``mac``. The line is
+    canonical (checked before this is called) and ``mac`` is never the first member (``body``
+    and ``kind`` sort before it) nor followed by anything but envelope scalars whose syntax
+    excludes quotes, so removing the bytes ``,"mac":"<64 hex>"`` gives exactly that encoding.
     """
     start = line.rfind(_MAC_MEMBER)
-    end = start + len(_MAC_MEMBER) + MAC_HEX_LEN + 1
-    if start < 0 or line[end - 1 - MAC_HEX_LEN : end - 1] != record.mac.encode("ascii"):
+    hex_start = start + len(_MAC_MEMBER)
+    end = hex_start + MAC_HEX_LEN + 1
+    if start < 0 or line[end - 1 : end] != b'"':
         raise SchemaError("mac member not found where the canonical form puts it")
-    return line[:start] + line[end:]
+    return line[hex_start : end - 1].decode("ascii", "replace"), line[:start] + line[end:]

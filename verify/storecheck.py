@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Final
+from typing import Final, Protocol
 
 from .chain import MacChain, derive_store_key
 from .checkpoint import Checkpoint
 from .errors import ChainError, CheckpointError, SchemaError, VerificationError
 from .merkle import CompactRange
-from .records import MAX_LINE_BYTES, mac_input, parse_record_line
+from .records import MAX_LINE_BYTES, parse_record_line, split_mac
 
 ORIGIN_PREFIX: Final = "harness-verify/v1/"
 _LEAF_PREFIX: Final = b"\x00"
@@ -31,7 +31,13 @@ def checkpoint_origin(run_id: str, store: str) -> str:
     return f"{ORIGIN_PREFIX}{run_id}/{store}"
 
 
-def iter_store_lines(stream: BinaryIO, member: str) -> Iterator[bytes]:
+class LineSource(Protocol):
+    """Anything with ``readline(limit)``: a file, a BytesIO, a bundle member stream."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+
+def iter_store_lines(stream: LineSource, member: str) -> Iterator[bytes]:
     """Yield each line of a store without its ``\\n``; refuse over-long or unterminated lines."""
     number = 0
     while True:
@@ -41,9 +47,15 @@ def iter_store_lines(stream: BinaryIO, member: str) -> Iterator[bytes]:
         number += 1
         if not line.endswith(b"\n"):
             if len(line) > MAX_LINE_BYTES:
-                raise SchemaError(f"{member} line {number}: longer than {MAX_LINE_BYTES} bytes")
+                raise SchemaError(
+                    f"{member} line {number}: longer than {MAX_LINE_BYTES} bytes",
+                    member=member,
+                    line=number,
+                )
             raise SchemaError(
-                f"{member} line {number}: not terminated by a newline (torn or truncated write)"
+                f"{member} line {number}: not terminated by a newline (torn or truncated write)",
+                member=member,
+                line=number,
             )
         yield line[:-1]
 
@@ -61,6 +73,8 @@ class StoreResult:
     kinds: Counter[str] = field(default_factory=Counter)
     keyed: bool = False
     checkpoint_sizes: list[int] = field(default_factory=list)
+    recovered: list[tuple[int, int, str]] = field(default_factory=list)
+    """(offset, length, sha256) of every ``store.recovered`` record, in order."""
 
 
 def verify_store(
@@ -71,6 +85,7 @@ def verify_store(
     run_id: str,
     checkpoints: Sequence[Checkpoint],
     hmac_master: bytes | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> StoreResult:
     """Verify one store's lines against already signature-checked checkpoints of that store.
 
@@ -83,14 +98,17 @@ def verify_store(
     for checkpoint in checkpoints:
         if checkpoint.origin != expected_origin:
             raise CheckpointError(
-                f"{member}: checkpoint origin {checkpoint.origin!r} is not {expected_origin!r}"
+                member=member,
+                message=f"{member}: checkpoint origin {checkpoint.origin!r} is not "
+                f"{expected_origin!r}",
             )
         if len(checkpoint.root_hash) != 32:
             raise CheckpointError(f"{member}: checkpoint root is not 32 bytes")
         if sizes and checkpoint.size <= sizes[-1]:
             raise CheckpointError(
-                f"{member}: checkpoint sizes must strictly increase ({sizes[-1]} then "
-                f"{checkpoint.size})"
+                member=member,
+                message=f"{member}: checkpoint sizes must strictly increase ({sizes[-1]} then "
+                f"{checkpoint.size})",
             )
         sizes.append(checkpoint.size)
         wanted[checkpoint.size] = checkpoint.root_hash
@@ -120,14 +138,21 @@ def verify_store(
                 raise ChainError(f"time {record.time} is earlier than the previous record")
             last_time = record.time
             if chain is not None:
-                chain.check_next(mac_input(line, record), record.mac)
+                chain.check_next(split_mac(line)[1], record.mac)
             append_leaf(sha256(_LEAF_PREFIX + line).digest())
             kinds[record.kind] += 1
+            if record.kind == "store.recovered":
+                body = record.body
+                result.recovered.append((body["offset"], body["length"], body["sha256"]))
             if index + 1 in wanted:
                 _check_root(index + 1, tree.root(), wanted[index + 1])
         except VerificationError as exc:
             where = f"{member} line {index + 1}" + (f" (seq {seq})" if seq >= 0 else "")
-            raise type(exc)(f"{where}: {exc}") from None
+            raise type(exc)(
+                f"{where}: {exc}", member=member, line=index + 1, seq=seq if seq >= 0 else None
+            ) from None
+        if progress is not None and not (index + 1) & 0xFFFF:
+            progress(index + 1)
         if index == 0:
             result.first_time = record.time
     result.size = tree.size
@@ -136,13 +161,15 @@ def verify_store(
     result.checkpoint_sizes = sizes
     if sizes[-1] > result.size:
         raise CheckpointError(
-            f"{member}: signed checkpoint covers {sizes[-1]} records but the store has "
-            f"{result.size} (records removed from the tail)"
+            member=member,
+            message=f"{member}: signed checkpoint covers {sizes[-1]} records but the store has "
+            f"{result.size} (records removed from the tail)",
         )
     if sizes[-1] < result.size:
         raise CheckpointError(
-            f"{member}: records {sizes[-1]}..{result.size - 1} are not covered by any signed "
-            "checkpoint (unsealed tail)"
+            member=member,
+            message=f"{member}: records {sizes[-1]}..{result.size - 1} are not covered by any "
+            "signed checkpoint (unsealed tail)",
         )
     return result
 

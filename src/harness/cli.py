@@ -78,30 +78,51 @@ def record(
     typer.echo(json.dumps({"store": store, "run": run_id, "seq": seq}))
 
 
+@app.command("export")
+def export(
+    out: Annotated[Path, typer.Argument(help="bundle.tar or bundle.tar.gz to write")],
+    run_ids: Annotated[
+        list[str] | None, typer.Option("--run", help="Run id to export (repeatable; default all).")
+    ] = None,
+    state: Annotated[Path, typer.Option("--state", help="state folder")] = Path(".harness"),
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help="keys folder")] = None,
+) -> None:
+    """Seal every store with a fresh checkpoint and write a signed, deterministic bundle."""
+    from harness.receipts.bundle import ExportError, export_bundle
+    from harness.receipts.keys import KeyFileError, load_keys
+    from harness.receipts.store import StoreError
+
+    try:
+        keys = load_keys(keys_dir or state / "keys")
+        result = export_bundle(state, out, keys, run_ids)
+    except (KeyFileError, StoreError, ExportError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"wrote {result.path.absolute()}: {len(result.runs)} run(s), {result.members} members, "
+        f"{result.bytes} bytes, signer key id {result.key_id}"
+    )
+
+
 @app.command("demo")
 def demo(
     folder: Annotated[
         Path | None, typer.Option("--dir", help="Folder for the demo (default: a new temp dir).")
     ] = None,
 ) -> None:
-    """Record a small run end to end, sign checkpoints, and verify it offline."""
+    """Record a small run end to end, export bundle.tar, and verify it offline."""
     from harness.demo import run_demo
-    from harness.verify.errors import VerificationError
+    from harness.verify.render import render_text
 
-    try:
-        result = run_demo(folder)
-    except VerificationError as exc:
-        typer.echo(f"FAILED: {exc}", err=True)
-        raise typer.Exit(1) from None
+    result = run_demo(folder)
+    typer.echo(render_text(result.report))
     typer.echo(f"demo folder: {result.folder.absolute()}")
-    typer.echo(f"run: {result.run_id}")
-    typer.echo(f"signer key id: {result.key_id}")
-    for name, store in result.stores.items():
-        typer.echo(
-            f"  {name:8} {store.size:3} records  root {store.root.hex()[:16]}…  "
-            f"checkpoints at {store.checkpoint_sizes}  HMAC chain {'ok' if store.keyed else '-'}"
-        )
-    typer.echo("VERIFIED: signatures, canonical records, Merkle roots and HMAC chains all check")
+    typer.echo(f"bundle:      {result.bundle.absolute()}")
+    typer.echo(
+        f"verify it yourself: harness-verify {result.bundle.absolute()} "
+        f"--trusted-key {result.key_id}"
+    )
+    raise typer.Exit(int(result.report.exit_code))
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """``harness demo``: the main job end to end on an embedded default.
 
-Today it records a small run into all four stores, signs checkpoints, and verifies the result
-with the standalone verifier's checks (signatures, canonical records, Merkle roots, HMAC
-chains). Later stages grow it into agents, worktrees, gates and a bundle.
+Today it records a small run into all four stores (with a checkpoint mid-run and one at the
+end), exports ``bundle.tar``, and verifies the bundle with the standalone verifier, pinning the
+demo's own key and checking the HMAC chains. Later stages add agents, worktrees and gates.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
 
+from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import init_keys
 from harness.receipts.run import RunRecorder
-from harness.verify.records import STORES
-from harness.verify.runcheck import verify_run
-from harness.verify.storecheck import StoreResult
+from harness.verify.bundle import verify_bundle
+from harness.verify.policy import TrustPolicy
+from harness.verify.report import Report
 
 
 @dataclass(frozen=True)
@@ -26,8 +26,8 @@ class DemoResult:
     folder: Path
     run_id: str
     key_id: str
-    verifier_key: str
-    stores: dict[str, StoreResult]
+    bundle: Path
+    report: Report
 
 
 def _sha(text: str) -> str:
@@ -35,7 +35,7 @@ def _sha(text: str) -> str:
 
 
 def run_demo(folder: Path | None = None) -> DemoResult:
-    """Record a small run, checkpoint it, verify it; raises VerificationError on failure."""
+    """Record a small run, export it, and verify the bundle; the report says how it went."""
     folder = Path(tempfile.mkdtemp(prefix="harness-demo-")) if folder is None else folder
     folder.mkdir(parents=True, exist_ok=True)
     keys = init_keys(folder / "keys")
@@ -72,27 +72,14 @@ def run_demo(folder: Path | None = None) -> DemoResult:
                     "task": "t1",
                 },
             )
+        run.checkpoint_all()  # a mid-run seal: the bundle then carries consistency proofs
         run.record("audit", "event", {"name": "gate.passed", "data": {"task": "t1"}})
         run.record("audit", "run.end", {"outcome": "succeeded"})
         run.checkpoint_all()
-    run_folder = state / "runs" / run_id
-    verifier_key = keys.note_signer().verifier_key()
-
-    def open_store(store: str) -> BinaryIO:
-        return (run_folder / f"{store}.jsonl").open("rb")
-
-    notes = {
-        store: [
-            (str(path.relative_to(folder)), path.read_bytes())
-            for path in sorted((run_folder / "checkpoints" / store).glob("*.note"))
-        ]
-        for store in STORES
-    }
-    stores = verify_run(
-        run_id,
-        open_store=open_store,
-        checkpoint_notes=notes,
-        verifier_keys=[verifier_key],
+    bundle = export_bundle(state, folder / "bundle.tar", keys).path
+    report = verify_bundle(
+        bundle,
+        pins=TrustPolicy(frozenset({keys.key_id}), "demo key"),
         hmac_master=keys.hmac_master,
     )
-    return DemoResult(folder, run_id, keys.key_id, verifier_key, stores)
+    return DemoResult(folder, run_id, keys.key_id, bundle, report)

@@ -1,0 +1,171 @@
+"""``harness-verify``: the standalone, offline verifier's command line.
+
+``harness-verify BUNDLE`` is short for ``harness-verify bundle BUNDLE``. Exit codes (stable):
+0 verified and trusted, 1 evidence invalid (tampered, empty, seal-only), 2 usage error,
+3 verified but not trusted by policy, 4 unreadable or unsupported input.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+
+from .archive import Limits
+from .bundle import verify_bundle
+from .policy import PolicyError, resolve_policy
+from .render import render, render_text
+from .report import ExitCode, Report
+
+EXIT_CODES_HELP: Final = (
+    "Exit codes: 0 verified and trusted; 1 evidence invalid (tampered, empty or seal-only); "
+    "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
+    "input."
+)
+SUBCOMMANDS: Final = frozenset({"bundle"})
+
+app = typer.Typer(
+    name="harness-verify",
+    help="Verify harness evidence offline, strictly. " + EXIT_CODES_HELP,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+class Format(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    JUNIT = "junit"
+    SARIF = "sarif"
+
+
+class _Progress:
+    """Progress on stderr: a rewritten line on a TTY, a plain line every few seconds otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.last = time.monotonic()
+
+    def __call__(self, member: str, records: int) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.tty:
+            sys.stderr.write(f"\rverifying {member}: {records} records")
+            sys.stderr.flush()
+        elif now - self.last >= 5:
+            sys.stderr.write(f"verifying {member}: {records} records\n")
+            sys.stderr.flush()
+            self.last = now
+
+    def done(self) -> None:
+        if self.enabled and self.tty:
+            sys.stderr.write("\r\033[K")
+
+
+def _read_hmac_key(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            text = handle.read(4097)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        key = bytes.fromhex(text.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        raise typer.BadParameter(f"{path} does not hold a hex HMAC key") from None
+    if len(key) < 32:
+        raise typer.BadParameter(f"{path}: HMAC key is {len(key)} bytes, need at least 32")
+    return key
+
+
+def _emit(report: Report, fmt: Format, output: Path | None, quiet: bool) -> None:
+    document = render(report, fmt.value)
+    if output is not None:
+        try:
+            output.write_text(document, encoding="utf-8")
+        except OSError as exc:
+            typer.echo(f"error: cannot write {output}: {exc.strerror}", err=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+        if not quiet:
+            typer.echo(render_text(report), err=True)
+        return
+    if quiet and fmt is Format.TEXT:
+        return
+    sys.stdout.write(document if document.endswith("\n") else document + "\n")
+
+
+@app.command("bundle", epilog=EXIT_CODES_HELP)
+def bundle_command(
+    bundle: Annotated[Path, typer.Argument(help="bundle.tar or bundle.tar.gz to verify")],
+    trusted_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-key",
+            help="Pinned signer: key id (hex SHA-256 of the public key), verifier key text, or "
+            "a file holding either or a PEM public key. Repeatable. Overrides any policy.",
+        ),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="Policy file (default: harness-verify.toml or [tool.harness-verify] "
+            "in pyproject.toml, searched from the working directory up)."
+        ),
+    ] = None,
+    hmac_key: Annotated[
+        Path | None,
+        typer.Option(help="HMAC master key file (hex) to also check the keyed chains."),
+    ] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="Report format.")] = Format.TEXT,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress and no text summary.")
+    ] = False,
+    max_bytes: Annotated[
+        int, typer.Option(help="Refuse bundles whose members add up to more bytes.")
+    ] = Limits().max_total_bytes,
+) -> None:
+    """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
+    consistency proofs, HMAC chains (with --hmac-key), and whether the signer is pinned."""
+    try:
+        pins = resolve_policy(trusted_key or [], policy, Path.cwd())
+    except PolicyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    master = _read_hmac_key(hmac_key) if hmac_key is not None else None
+    progress = _Progress(enabled=not quiet)
+    report = verify_bundle(
+        bundle,
+        pins=pins,
+        hmac_master=master,
+        limits=Limits(max_total_bytes=max_bytes),
+        progress=progress,
+    )
+    progress.done()
+    _emit(report, fmt, output, quiet)
+    raise typer.Exit(int(report.exit_code))
+
+
+@app.callback()
+def _root() -> None:
+    """Verify harness evidence offline, strictly."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: ``harness-verify BUNDLE`` means ``harness-verify bundle BUNDLE``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] not in SUBCOMMANDS and args[0] not in {"--help", "-h"}:
+        args.insert(0, "bundle")
+    app(args=args, prog_name="harness-verify")
+
+
+if __name__ == "__main__":
+    main()

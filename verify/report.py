@@ -1,0 +1,151 @@
+"""The verifier's result: every check run, its outcome, and on failure where and why.
+
+This module is the contract between the checks (``harness.verify.bundle``), the renderers
+(text, JSON, JUnit, SARIF in ``harness.verify.render``) and the CLI's exit codes. The JSON
+rendering of ``Report`` is a stable format with a schema (schemas/verify-report.schema.json).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Final
+
+
+class ExitCode(IntEnum):
+    """Stable, documented process exit codes of ``harness-verify``."""
+
+    VERIFIED = 0
+    """Every check passed and the signer is pinned by policy or --trusted-key."""
+    INVALID = 1
+    """The evidence is invalid: tampered, incomplete, empty, or seal-only."""
+    USAGE = 2
+    """The command line or the policy file is wrong."""
+    UNTRUSTED = 3
+    """Every integrity check passed, but no pinned key says who signed it."""
+    UNREADABLE = 4
+    """The input is not a readable, safe, supported bundle (not a tar, unsafe member, ...)."""
+
+
+class Status(StrEnum):
+    """Overall verdict; each maps to one exit code (``EXIT_CODES``)."""
+
+    VERIFIED = "verified"
+    UNTRUSTED = "verified-untrusted"
+    EMPTY = "empty"
+    SEAL_ONLY = "seal-only"
+    INVALID = "invalid"
+    UNREADABLE = "unreadable"
+
+
+EXIT_CODES: Final = {
+    Status.VERIFIED: ExitCode.VERIFIED,
+    Status.UNTRUSTED: ExitCode.UNTRUSTED,
+    Status.EMPTY: ExitCode.INVALID,
+    Status.SEAL_ONLY: ExitCode.INVALID,
+    Status.INVALID: ExitCode.INVALID,
+    Status.UNREADABLE: ExitCode.UNREADABLE,
+}
+
+
+class Outcome(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    NOT_RUN = "not-run"
+    """A check after the first failure: the verifier stops at the first failure."""
+
+
+CHECK_ORDER: Final = (
+    "archive",
+    "manifest-signature",
+    "members",
+    "records",
+    "merkle-roots",
+    "consistency-proofs",
+    "hmac-chain",
+    "trust",
+)
+"""Every check, in the order the verifier runs them (DESIGN §6)."""
+
+CHECK_TITLES: Final = {
+    "archive": "archive is a safe, readable tar (no links, devices, traversal, bombs)",
+    "manifest-signature": "manifest is canonical, supported, and signed by its declared key",
+    "members": "every member is listed with the right size and SHA-256; none extra or missing",
+    "records": "every record is canonical JSON with a valid schema, seq and time order",
+    "merkle-roots": "signed checkpoints match the RFC 6962 roots and cover every record",
+    "consistency-proofs": "consecutive checkpoints are linked by valid consistency proofs",
+    "hmac-chain": "every record's HMAC chains (needs --hmac-key)",
+    "trust": "the signing key is pinned by --trusted-key or the policy",
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where verification stopped and why; ``hint`` says what to do about it."""
+
+    check: str
+    reason: str
+    member: str | None = None
+    line: int | None = None
+    seq: int | None = None
+    hint: str = ""
+
+
+@dataclass
+class CheckResult:
+    name: str
+    outcome: Outcome
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StoreSummary:
+    run: str
+    store: str
+    records: int
+    root: str
+    checkpoints: tuple[int, ...]
+    first_time: str | None
+    last_time: str | None
+    kinds: dict[str, int]
+
+
+@dataclass
+class Report:
+    """Everything the verifier found; renderers turn it into text, JSON, JUnit or SARIF."""
+
+    bundle: str
+    status: Status = Status.INVALID
+    checks: list[CheckResult] = field(default_factory=list)
+    failure: Failure | None = None
+    signer_key_id: str | None = None
+    trusted_by: str | None = None
+    """Where the pin came from: "--trusted-key" or a policy file path."""
+    stores: list[StoreSummary] = field(default_factory=list)
+    hmac_checked: bool = False
+    verifier_version: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return EXIT_CODES[self.status]
+
+    def check(self, name: str) -> CheckResult:
+        for result in self.checks:
+            if result.name == name:
+                return result
+        raise KeyError(name)
+
+
+def failed_report(report: Report, failure: Failure, status: Status = Status.INVALID) -> Report:
+    """Mark ``failure.check`` failed, every later check not run, and set the verdict."""
+    done = {result.name for result in report.checks}
+    report.checks.append(CheckResult(failure.check, Outcome.FAILED, failure.reason))
+    report.checks.extend(
+        CheckResult(name, Outcome.NOT_RUN)
+        for name in CHECK_ORDER
+        if name not in done and name != failure.check
+    )
+    report.failure = failure
+    report.status = status
+    return report
