@@ -40,6 +40,7 @@ from harness.verify.layout import (
     manifest_note_text,
     quarantine_member,
     store_member,
+    tar_member_info,
 )
 from harness.verify.merkle import leaf_hash
 from harness.verify.records import STORES, parse_record_line
@@ -190,17 +191,6 @@ def _collect_run(
     return {"run": recorder.run_id, "stores": stores}
 
 
-def _tar_info(name: str, size: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.type = tarfile.REGTYPE
-    return info
-
-
 class _ChunkReader(io.RawIOBase):
     """Feeds a member's chunks to tarfile.addfile without loading big stores into memory."""
 
@@ -225,9 +215,9 @@ class _ChunkReader(io.RawIOBase):
 
 
 def _write_tar(target: BinaryIO, members: Sequence[tuple[str, _Source]]) -> None:
-    with tarfile.open(fileobj=target, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=target, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
         for name, source in members:
-            tar.addfile(_tar_info(name, source.size), _ChunkReader(source.chunks()))
+            tar.addfile(tar_member_info(name, source.size), _ChunkReader(source.chunks()))
 
 
 def export_bundle(

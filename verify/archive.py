@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Final
 
 from .errors import VerificationError
+from .layout import TAR_RECORD_SIZE, tar_header_bytes
 
 
 class ArchiveError(VerificationError):
@@ -213,6 +214,7 @@ def open_bundle_archive(
             raise ArchiveError(f"not a readable tar archive: {exc}") from None
         with tar:
             members = _vet_members(tar, limits)
+            _check_canonical_layout(stream, members)
             yield BundleArchive(tar, members, compressed)
     finally:
         if owned:
@@ -253,3 +255,53 @@ def _vet_members(tar: tarfile.TarFile, limits: Limits) -> dict[str, Member]:
     except (tarfile.TarError, OSError, EOFError, zlib.error, UnicodeError, ValueError) as exc:
         raise ArchiveError(f"archive is truncated or corrupt: {exc}") from None
     return members
+
+
+def _read_exact(stream: _ReadBudget, count: int, what: str) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = stream.read(min(count - len(data), 1 << 20))
+        if not chunk:
+            raise ArchiveError(f"archive is truncated in {what}")
+        data += chunk
+    return data
+
+
+def _check_canonical_layout(stream: _ReadBudget, members: dict[str, Member]) -> None:
+    """Every byte outside member data must be what the exporter writes: each header equals
+    ``tar_header_bytes(name, size)``, block padding and the end-of-archive are zeros, and the
+    archive ends on a tar record boundary. Member data is covered by the signed digests, so
+    with this check no byte of a bundle can change unnoticed (tarfile alone ignores padding,
+    checksum trailers and anything after a broken header)."""
+    try:
+        stream.seek(0)
+        position = 0
+        for member in sorted(members.values(), key=lambda m: m.info.offset):
+            info = member.info
+            if info.offset != position:
+                raise ArchiveError(f"unexpected bytes before member {member.name!r}")
+            expected = tar_header_bytes(member.name, member.size)
+            header = _read_exact(stream, info.offset_data - info.offset, f"{member.name} header")
+            if header != expected:
+                raise ArchiveError(
+                    f"member {member.name!r} has a header the exporter never writes "
+                    "(mode, owner, time, format or padding differ)"
+                )
+            stream.seek(member.size, io.SEEK_CUR)  # data is covered by the signed digests
+            padding = -member.size % tarfile.BLOCKSIZE
+            if _read_exact(stream, padding, f"{member.name} padding").count(0) != padding:
+                raise ArchiveError(f"member {member.name!r} is followed by non-zero padding")
+            position = info.offset_data + member.size + padding
+        trailer = 0
+        while chunk := stream.read(1 << 16):
+            if chunk.count(0) != len(chunk):
+                raise ArchiveError("bytes after the last member are not the zero end-of-archive")
+            trailer += len(chunk)
+    except ArchiveError:
+        raise
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+        raise ArchiveError(f"archive is truncated or corrupt: {exc}") from None
+    total = position + trailer
+    if trailer < 2 * tarfile.BLOCKSIZE or total % TAR_RECORD_SIZE:
+        raise ArchiveError("archive does not end with a complete end-of-archive record")
+

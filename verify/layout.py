@@ -6,6 +6,7 @@ first, then names sorted, which puts each run's checkpoints and proofs before it
 
 from __future__ import annotations
 
+import tarfile
 from typing import Final
 
 BUNDLE_FORMAT: Final = "harness-verify/bundle"
@@ -38,3 +39,24 @@ def consistency_member(run_id: str, store: str, size1: int, size2: int) -> str:
 
 def manifest_note_text(manifest_sha256_hex: str) -> str:
     return f"{MANIFEST_NOTE_ORIGIN}\n{manifest_sha256_hex}\n"
+
+
+TAR_RECORD_SIZE: Final = tarfile.RECORDSIZE
+"""A bundle tar's total length is a multiple of this (10240), as tarfile pads it."""
+
+
+def tar_member_info(name: str, size: int) -> tarfile.TarInfo:
+    """The one header every bundle member has: regular file, mode 0644, owner 0:0, mtime 0."""
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mtime = 0
+    info.mode = 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info
+
+
+def tar_header_bytes(name: str, size: int) -> bytes:
+    """Exact header bytes (PAX format, UTF-8) the exporter writes and the verifier demands."""
+    return tar_member_info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
