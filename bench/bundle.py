@@ -34,7 +34,7 @@ MASTER = bytes(range(32))
 def _body(i: int) -> dict[str, object]:
     digest = hashlib.sha256(b"%d" % i).hexdigest()
     return {
-        "path": f"src/module_{i % 997}/file_{i}.py",
+        "path": f"src/module_{i % 31}/file_{i % 997}.py",  # ~1000 artifacts, many writes each
         "sha256": digest,
         "parents": [hashlib.sha256(digest.encode()).hexdigest()],
         "actor": "claude-code",

@@ -22,35 +22,42 @@ import itertools
 import os
 import tarfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
 
 from harness import __version__
 from harness.verify.canonical import canonical_bytes, parse_canonical
+from harness.verify.errors import VerificationError
 from harness.verify.keyids import key_id
 from harness.verify.layout import (
     BUNDLE_FORMAT,
     BUNDLE_VERSION,
     MANIFEST,
     MANIFEST_SIG,
+    attestation_member,
     checkpoint_member,
     consistency_member,
     key_member,
     manifest_note_text,
     quarantine_member,
+    receipt_member,
     store_member,
     tar_member_info,
 )
+from harness.verify.lineage import FinalArtifacts
 from harness.verify.merkle import leaf_hash
+from harness.verify.note import open_note_signed_once
 from harness.verify.records import STORES, parse_record_line
 
 from .keys import OperatorKeys
 from .merkle import MerkleTree
+from .receipt import StoreFacts, artifact_receipt, run_attestations, run_statements
 from .run import RunRecorder
-from .store import StoreWriter
+from .store import StoreWriter, fsync_dir
 
 _RECOVERED: Final = b'"kind":"store.recovered"'
+_ARTIFACT: Final = b'"kind":"artifact.'
 
 
 class ExportError(Exception):
@@ -100,25 +107,66 @@ def _sha256(source: _Source) -> str:
     return sha.hexdigest()
 
 
-def _store_prefix(path: Path, records: int) -> tuple[int, list[bytes], list[bytes]]:
-    """Byte length of the first ``records`` lines, their leaf hashes, and recovery lines."""
-    length = 0
-    leaves: list[bytes] = []
-    recovered: list[bytes] = []
-    with path.open("rb") as handle:
-        for line in itertools.islice(handle, records):
+@dataclass
+class _Prefix:
+    """What export needs from the sealed prefix of one store."""
+
+    length: int = 0
+    leaves: list[bytes] = field(default_factory=list)
+    recovered: list[bytes] = field(default_factory=list)
+    first_time: str | None = None
+    last_time: str | None = None
+    artifacts: FinalArtifacts = field(default_factory=FinalArtifacts)
+    artifact_lines: dict[int, bytes] = field(default_factory=dict)
+
+
+def _store_prefix(writer: StoreWriter, records: int) -> _Prefix:
+    """Scan the first ``records`` lines: byte length, leaf hashes, recoveries, times, artifacts."""
+    prefix = _Prefix()
+    lineage = writer.store == "lineage"
+    latest_line: dict[str, bytes] = {}
+    with writer.path.open("rb") as handle:
+        for seq, line in enumerate(itertools.islice(handle, records)):
             if not line.endswith(b"\n"):
-                raise ExportError(
-                    f"{path}: record {len(leaves)} is torn; open the store to recover"
-                )
+                raise ExportError(f"{writer.path}: record {seq} is torn; open the store to recover")
             body = line[:-1]
-            leaves.append(leaf_hash(body))
+            prefix.leaves.append(leaf_hash(body))
             if _RECOVERED in body:
-                recovered.append(body)
-            length += len(line)
-    if len(leaves) != records:
-        raise ExportError(f"{path}: has {len(leaves)} records, its checkpoint says {records}")
-    return length, leaves, recovered
+                prefix.recovered.append(body)
+            if seq in (0, records - 1) or (lineage and _ARTIFACT in body):
+                record = parse_record_line(body, writer.store, writer.run_id)
+                if seq == 0:
+                    prefix.first_time = record.time
+                prefix.last_time = record.time
+                if lineage:
+                    prefix.artifacts.apply(record.kind, seq, record.body)
+                    if record.kind == "artifact.write":
+                        latest_line[str(record.body["path"])] = body
+            prefix.length += len(line)
+    if len(prefix.leaves) != records:
+        raise ExportError(
+            f"{writer.path}: has {len(prefix.leaves)} records, its checkpoint says {records}"
+        )
+    for artifact in prefix.artifacts.final():
+        prefix.artifact_lines[artifact.seq] = latest_line[artifact.path]
+    return prefix
+
+
+def _own_checkpoints(writer: StoreWriter, size: int, keys: OperatorKeys) -> list[tuple[int, bytes]]:
+    """Checkpoints up to ``size`` signed by the exporting key (a bundle has one signer: notes
+    left by a rotated-out key are not exported, the sealing one is always ours)."""
+    vkey = [keys.note_signer().verifier_key()]
+    notes = []
+    for path in sorted(writer.checkpoint_dir.glob("*.note")):
+        if not (path.stem.isdigit() and int(path.stem) <= size):
+            continue
+        data = path.read_bytes()
+        try:
+            open_note_signed_once(data, vkey)
+        except VerificationError:
+            continue
+        notes.append((int(path.stem), data))
+    return notes
 
 
 def _quarantine_lines(writer: StoreWriter, recovered: list[bytes]) -> bytes:
@@ -152,43 +200,73 @@ def _collect_run(
     recorder: RunRecorder, keys: OperatorKeys, members: dict[str, _Source]
 ) -> dict[str, object]:
     signer = keys.note_signer()
+    run_id = recorder.run_id
     stores: dict[str, object] = {}
+    facts: dict[str, StoreFacts] = {}
+    times: list[str] = []
+    receipts: list[int] = []
     for store in STORES:
         writer = recorder.store(store)
         sealed = writer.checkpoint(signer)
         size = int(sealed.stem)
-        length, leaves, recovered = _store_prefix(writer.path, size)
-        members[store_member(recorder.run_id, store)] = _Source(path=writer.path, length=length)
-        quarantine = _quarantine_lines(writer, recovered)
+        prefix = _store_prefix(writer, size)
+        times.extend(t for t in (prefix.first_time, prefix.last_time) if t)
+        members[store_member(run_id, store)] = _Source(path=writer.path, length=prefix.length)
+        quarantine = _quarantine_lines(writer, prefix.recovered)
         if quarantine:
-            members[quarantine_member(recorder.run_id, store)] = _Source(data=quarantine)
-        notes = [
-            (int(path.stem), path.read_bytes())
-            for path in sorted(writer.checkpoint_dir.glob("*.note"))
-            if path.stem.isdigit() and int(path.stem) <= size
-        ]
+            members[quarantine_member(run_id, store)] = _Source(data=quarantine)
+        notes = _own_checkpoints(writer, size, keys)
         sizes = [cp_size for cp_size, _ in notes]
         for cp_size, note in notes:
-            members[checkpoint_member(recorder.run_id, store, cp_size)] = _Source(data=note)
-        tree = MerkleTree(leaves)
+            members[checkpoint_member(run_id, store, cp_size)] = _Source(data=note)
+        tree = MerkleTree(prefix.leaves)
         for older, newer in itertools.pairwise(sizes):
             proof = {
                 "proof": [h.hex() for h in tree.consistency_proof(older, newer)],
-                "run": recorder.run_id,
+                "run": run_id,
                 "size1": older,
                 "size2": newer,
                 "store": store,
                 "v": 1,
             }
-            name = consistency_member(recorder.run_id, store, older, newer)
+            name = consistency_member(run_id, store, older, newer)
             members[name] = _Source(data=canonical_bytes(proof))
+        if store == "lineage":
+            artifacts = prefix.artifacts.final()
+            for artifact in artifacts:
+                members[receipt_member(run_id, artifact.seq)] = _Source(
+                    data=artifact_receipt(
+                        run_id=run_id,
+                        artifact=artifact,
+                        record_line=prefix.artifact_lines[artifact.seq],
+                        tree=tree,
+                        checkpoint_note=notes[-1][1],
+                        keys=keys,
+                    )
+                )
+                receipts.append(artifact.seq)
+        facts[store] = StoreFacts(size, tree.root(), tuple(sizes))
         stores[store] = {
             "checkpoints": sizes,
             "quarantine": bool(quarantine),
             "records": size,
             "root": tree.root().hex(),
         }
-    return {"run": recorder.run_id, "stores": stores}
+    if not receipts:
+        # in-toto statements need at least one subject: a run that leaves no artifact
+        # carries no attestations (the verifier expects none; docs/spec/receipts.md).
+        return {"receipts": [], "run": run_id, "stores": stores}
+    statements = run_statements(
+        run_id=run_id,
+        artifacts=artifacts,
+        stores=facts,
+        started=min(times, default=None),
+        finished=max(times, default=None),
+        keys=keys,
+    )
+    for name, data in run_attestations(statements, keys).items():
+        members[attestation_member(run_id, name)] = _Source(data=data)
+    return {"receipts": sorted(receipts), "run": run_id, "stores": stores}
 
 
 class _ChunkReader(io.RawIOBase):
@@ -220,6 +298,10 @@ def _write_tar(target: BinaryIO, members: Sequence[tuple[str, _Source]]) -> None
             tar.addfile(tar_member_info(name, source.size), _ChunkReader(source.chunks()))
 
 
+def _run_ids(runs_root: Path) -> list[str]:
+    return sorted(p.name for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []
+
+
 def export_bundle(
     state_dir: Path,
     out: Path,
@@ -230,9 +312,7 @@ def export_bundle(
 ) -> ExportResult:
     """Seal and export runs from ``state_dir`` to ``out`` (gzip if it ends in .gz/.tgz)."""
     runs_root = state_dir / "runs"
-    available = (
-        sorted(p.name for p in runs_root.iterdir() if p.is_dir()) if runs_root.is_dir() else []
-    )
+    available = _run_ids(runs_root)
     chosen = sorted(set(run_ids)) if run_ids else available
     for run_id in chosen:
         if run_id not in available:
@@ -275,6 +355,46 @@ def export_bundle(
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, out)
+    fsync_dir(out.parent)
     return ExportResult(
         out, tuple(chosen), len(ordered), out.stat().st_size, key_id(keys.public_raw)
     )
+
+
+def receipt_for_path(
+    state_dir: Path, keys: OperatorKeys, path: str, run_ids: Sequence[str] | None = None
+) -> tuple[str, bytes]:
+    """Seal the lineage store and build the receipt of ``path``'s final artifact.
+
+    Looks in the given runs (default: all), and takes the run whose final write of ``path``
+    is the most recent. Raises ExportError when no run has ``path`` as a final artifact.
+    """
+    runs_root = state_dir / "runs"
+    available = _run_ids(runs_root)
+    best: tuple[str, str, bytes] | None = None
+    for run_id in sorted(set(run_ids)) if run_ids else available:
+        if run_id not in available:
+            raise ExportError(f"no run {run_id!r} in {runs_root}")
+        with RunRecorder(state_dir, run_id, keys) as recorder:
+            writer = recorder.store("lineage")
+            sealed = writer.checkpoint(keys.note_signer())
+            prefix = _store_prefix(writer, int(sealed.stem))
+            match = [a for a in prefix.artifacts.final() if a.path == path]
+            if not match:
+                continue
+            line = prefix.artifact_lines[match[0].seq]
+            time = parse_record_line(line, "lineage", run_id).time
+            if best is not None and time <= best[1]:
+                continue
+            receipt = artifact_receipt(
+                run_id=run_id,
+                artifact=match[0],
+                record_line=line,
+                tree=MerkleTree(prefix.leaves),
+                checkpoint_note=sealed.read_bytes(),
+                keys=keys,
+            )
+            best = (run_id, time, receipt)
+    if best is None:
+        raise ExportError(f"no run records {path!r} as a final artifact")
+    return best[0], best[2]

@@ -74,10 +74,10 @@ def _make_dirs(folder: Path) -> None:
         probe = probe.parent
     for new in reversed(missing):
         new.mkdir(exist_ok=True)
-        _fsync_dir(new.parent)
+        fsync_dir(new.parent)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -110,7 +110,7 @@ class StoreWriter:
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         self._fd = os.open(path, flags, 0o644)
         if not existed:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
         self._chain = MacChain(derive_store_key(hmac_master, store, run_id))
         self._tree = CompactRange()
         self._end = 0
@@ -218,7 +218,7 @@ class StoreWriter:
         finally:
             os.close(qfd)
         if created:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         os.ftruncate(self._fd, offset)
         os.fsync(self._fd)
         self._write(
@@ -307,7 +307,10 @@ class StoreWriter:
             if target.exists():
                 if target.read_bytes() == note:
                     return target
-                raise StoreError(f"{target} exists and was signed by another key")
+                raise StoreError(
+                    f"{target} exists with other bytes (signed by another key, or the store was "
+                    "rewritten); refusing to replace a signed checkpoint"
+                )
             tmp = target.with_suffix(".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
             try:
@@ -316,7 +319,7 @@ class StoreWriter:
             finally:
                 os.close(fd)
             os.replace(tmp, target)
-            _fsync_dir(folder)
+            fsync_dir(folder)
             return target
 
 

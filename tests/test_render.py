@@ -243,10 +243,7 @@ def test_json_full_failure_fields(validator: Draft202012Validator) -> None:
         "passed",
         "passed",
         "failed",
-        "not-run",
-        "not-run",
-        "not-run",
-        "not-run",
+        *["not-run"] * (len(CHECK_ORDER) - 4),
     ]
 
 
@@ -333,7 +330,7 @@ def test_junit_verified() -> None:
 
 def test_junit_invalid_failure_and_not_run() -> None:
     root = _junit(invalid())
-    assert _counts(root) == (len(CHECK_ORDER), 1, 4)
+    assert _counts(root) == (len(CHECK_ORDER), 1, len(CHECK_ORDER) - 4)
     case = root.find("testcase[@classname='harness-verify.records']")
     assert case is not None
     failure = case.find("failure")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import io
 import re
+import stat
 import tarfile
 import zlib
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Final
 
 from .errors import VerificationError
-from .layout import TAR_RECORD_SIZE, tar_header_bytes
+from .layout import TAR_RECORD_SIZE, canonical_member_order, tar_header_bytes
 
 
 class ArchiveError(VerificationError):
@@ -147,15 +148,16 @@ class _ReadBudget(io.RawIOBase):
     """Caps what tarfile may pull out of the (possibly decompressed) stream.
 
     tarfile reads PAX and GNU long-name headers whole, with the size the header declares; a
-    gzip bomb could declare gigabytes there. Single reads are capped at 16 MiB (no header we
-    accept comes near) and the bytes read in total at the archive budget.
+    gzip bomb could declare gigabytes there. Single reads are capped, and no read may go past
+    the archive budget (a position in the decompressed stream).
     """
 
-    MAX_SINGLE_READ: Final = 16 << 20
+    MAX_SINGLE_READ: Final = (64 << 20) + 1
+    """No header we accept comes near; the largest member read whole is the 64 MiB manifest."""
 
     def __init__(self, inner: Any, budget: int) -> None:
         self._inner = inner
-        self._left = budget
+        self._budget = budget
 
     def readable(self) -> bool:
         return True
@@ -173,8 +175,9 @@ class _ReadBudget(io.RawIOBase):
         if size is None or size < 0 or size > self.MAX_SINGLE_READ:
             raise ArchiveError("archive asks for an oversized read (malformed or hostile header)")
         data: bytes = self._inner.read(size)
-        self._left -= len(data)
-        if self._left < 0:
+        # The budget bounds the position, not the sum of reads: the verifier reads members
+        # in several passes, and a genuine bundle must not exhaust it by being re-read.
+        if self._inner.tell() > self._budget:
             raise ArchiveError("archive expands beyond the size limit (possible gzip bomb)")
         return data
 
@@ -194,6 +197,8 @@ def open_bundle_archive(
     owned = False
     if isinstance(source, Path):
         try:
+            if not stat.S_ISREG(source.stat().st_mode):
+                raise ArchiveError(f"{source} is not a regular file (pipe, device or folder)")
             raw = source.open("rb")
         except OSError as exc:
             raise ArchiveError(f"cannot open {source}: {exc.strerror}") from None
@@ -201,6 +206,8 @@ def open_bundle_archive(
     else:
         raw = source
     try:
+        if not raw.seekable():
+            raise ArchiveError("input is not seekable (a pipe or stream): save it to a file")
         magic = raw.read(2)
         raw.seek(0)
         compressed = magic == GZIP_MAGIC
@@ -276,7 +283,14 @@ def _check_canonical_layout(stream: _ReadBudget, members: dict[str, Member]) -> 
     try:
         stream.seek(0)
         position = 0
-        for member in sorted(members.values(), key=lambda m: m.info.offset):
+        in_order = sorted(members.values(), key=lambda m: m.info.offset)
+        names = [member.name for member in in_order]
+        if names != canonical_member_order(names):
+            raise ArchiveError(
+                "members are not in the exporter's order (manifest.json, manifest.sig, then "
+                "names sorted)"
+            )
+        for member in in_order:
             info = member.info
             if info.offset != position:
                 raise ArchiveError(f"unexpected bytes before member {member.name!r}")
@@ -292,8 +306,11 @@ def _check_canonical_layout(stream: _ReadBudget, members: dict[str, Member]) -> 
             if _read_exact(stream, padding, f"{member.name} padding").count(0) != padding:
                 raise ArchiveError(f"member {member.name!r} is followed by non-zero padding")
             position = info.offset_data + member.size + padding
+        end_blocks = 2 * tarfile.BLOCKSIZE
+        want_trailer = end_blocks + -(position + end_blocks) % TAR_RECORD_SIZE
         trailer = 0
-        while chunk := stream.read(1 << 16):
+        # Read one byte past the expected trailer at most: never inflate appended zeros.
+        while trailer <= want_trailer and (chunk := stream.read(want_trailer + 1 - trailer)):
             if chunk.count(0) != len(chunk):
                 raise ArchiveError("bytes after the last member are not the zero end-of-archive")
             trailer += len(chunk)
@@ -301,7 +318,9 @@ def _check_canonical_layout(stream: _ReadBudget, members: dict[str, Member]) -> 
         raise
     except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
         raise ArchiveError(f"archive is truncated or corrupt: {exc}") from None
-    total = position + trailer
-    if trailer < 2 * tarfile.BLOCKSIZE or total % TAR_RECORD_SIZE:
-        raise ArchiveError("archive does not end with a complete end-of-archive record")
-
+    if trailer != want_trailer:
+        raise ArchiveError(
+            f"archive ends with {trailer} zero bytes after the last member, the exporter writes "
+            f"exactly {want_trailer} (end-of-archive blocks padded to a {TAR_RECORD_SIZE}-byte "
+            "record)"
+        )

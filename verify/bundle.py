@@ -33,21 +33,25 @@ from .errors import (
 )
 from .keyids import key_id
 from .layout import (
+    ATTESTATIONS,
     MANIFEST,
     MANIFEST_SIG,
+    attestation_member,
     checkpoint_member,
     consistency_member,
     key_member,
     manifest_note_text,
     quarantine_member,
+    receipt_member,
     store_member,
 )
 from .manifest import Manifest, StoreClaim, UnsupportedBundleError, parse_manifest
 from .merkle import verify_consistency
-from .note import open_note, parse_verifier_key
+from .note import open_note_signed_once, parse_verifier_key
 from .policy import EMPTY_POLICY, TrustPolicy
-from .records import STORES, split_mac
+from .records import HEX64_RE, STORES, split_mac
 from .report import (
+    CHECK_HINTS,
     CHECK_ORDER,
     CheckResult,
     Failure,
@@ -58,30 +62,19 @@ from .report import (
     failed_report,
 )
 from .runcheck import open_checkpoints
-from .storecheck import StoreResult, iter_store_lines, verify_store
+from .runreceipts import check_run_receipts
+from .storecheck import (
+    QUARANTINE_LINE_BYTES,
+    StoreResult,
+    iter_store_lines,
+    parse_quarantine_entry,
+    verify_store,
+)
 
 MANIFEST_LIMIT: Final = 64 << 20
 NOTE_LIMIT: Final = 64 << 10
 PROOF_LIMIT: Final = 1 << 20
 
-HINTS: Final = {
-    "archive": "The file is not a bundle written by `harness export`, or it was damaged or "
-    "crafted. Do not extract it; get the bundle again from its producer.",
-    "manifest-signature": "The manifest was changed or signed by another key than it declares: "
-    "treat the bundle as tampered.",
-    "members": "A member was added, removed or changed after export: treat the bundle as "
-    "tampered, and re-export it from the original state.",
-    "records": "A record was edited, inserted, removed or reordered, or a store is not in "
-    "canonical form: treat the bundle as tampered.",
-    "merkle-roots": "The records no longer match what the signed checkpoints sealed: treat the "
-    "bundle as tampered.",
-    "consistency-proofs": "A later checkpoint does not extend an earlier one: the log was "
-    "rewritten between checkpoints.",
-    "hmac-chain": "Records were rewritten without the HMAC master key, or --hmac-key is not the "
-    "key of the run that produced them.",
-    "trust": "Check the signer's key id out of band, then pin it with --trusted-key KEYID or in "
-    "harness-verify.toml ([trust] keys = [...]).",
-}
 
 Progress = Callable[[str, int], None]
 
@@ -123,12 +116,14 @@ class _Run:
     def fail(
         self, check: str, error: VerificationError | str, status: Status = Status.INVALID
     ) -> _StoppedError:
+        if isinstance(error, ArchiveError):
+            status = Status.UNREADABLE  # the input itself cannot be read safely, at any step
         if isinstance(error, VerificationError):
             failure = Failure(
-                check, str(error), error.member, error.line, error.seq, HINTS.get(check, "")
+                check, str(error), error.member, error.line, error.seq, CHECK_HINTS.get(check, "")
             )
         else:
-            failure = Failure(check, error, hint=HINTS.get(check, ""))
+            failure = Failure(check, error, hint=CHECK_HINTS.get(check, ""))
         return _StoppedError(failed_report(self.report, failure, status))
 
     def passed(self, check: str, detail: str) -> None:
@@ -149,7 +144,9 @@ class _Run:
             raise self.fail("manifest-signature", exc) from None
         try:
             signer = parse_verifier_key(manifest.signer)
-            note = open_note(self.archive.read_small(MANIFEST_SIG, NOTE_LIMIT), [manifest.signer])
+            note = open_note_signed_once(
+                self.archive.read_small(MANIFEST_SIG, NOTE_LIMIT), [manifest.signer]
+            )
         except NoteError as exc:
             raise self.fail("manifest-signature", f"{MANIFEST_SIG}: {exc}") from None
         expected = manifest_note_text(hashlib.sha256(data).hexdigest())
@@ -178,6 +175,9 @@ class _Run:
                     consistency_member(run.run, store, a, b)
                     for a, b in itertools.pairwise(claim.checkpoints)
                 )
+            names.update(receipt_member(run.run, seq) for seq in run.receipts)
+            if run.receipts:  # attestations need at least one subject (final artifact)
+                names.update(attestation_member(run.run, name) for name in ATTESTATIONS)
         return names
 
     def check_members(self, manifest: Manifest) -> None:
@@ -324,27 +324,14 @@ class _Run:
             return
         entries = []
         with self.archive.open(member) as stream:
-            for number, line in enumerate(iter_store_lines(stream, member), 1):
+            lines = iter_store_lines(stream, member, limit=QUARANTINE_LINE_BYTES)
+            for number, line in enumerate(lines, 1):
                 try:
-                    entry = parse_canonical(line)
+                    entries.append(parse_quarantine_entry(line, store))
                 except VerificationError as exc:
                     raise SchemaError(
                         f"{member} line {number}: {exc}", member=member, line=number
                     ) from None
-                if type(entry) is not dict or entry.keys() != {
-                    "data_b64",
-                    "found",
-                    "length",
-                    "offset",
-                    "sha256",
-                    "store",
-                }:
-                    raise SchemaError(
-                        f"{member} line {number}: not a quarantine entry",
-                        member=member,
-                        line=number,
-                    )
-                entries.append((entry["offset"], entry["length"], entry["sha256"]))
         if entries != result.recovered:
             raise SchemaError(
                 f"{member}: quarantined tails do not match the store.recovered records",
@@ -379,7 +366,8 @@ class _Run:
         expected = {"proof", "run", "size1", "size2", "store", "v"}
         if type(obj) is not dict or obj.keys() != expected:
             raise SchemaError(f"members must be exactly {sorted(expected)}")
-        if (obj["v"], obj["run"], obj["store"], obj["size1"], obj["size2"]) != (
+        claimed = (obj["v"], obj["run"], obj["store"], obj["size1"], obj["size2"])
+        if [type(value) for value in claimed] != [int, str, str, int, int] or claimed != (
             1,
             run_id,
             store,
@@ -388,12 +376,26 @@ class _Run:
         ):
             raise SchemaError("proof is for another log or other sizes than its name says")
         hashes = obj["proof"]
-        if type(hashes) is not list or any(type(h) is not str for h in hashes):
-            raise SchemaError("proof must be a list of hex strings")
+        if type(hashes) is not list or any(
+            type(h) is not str or not HEX64_RE.fullmatch(h) for h in hashes
+        ):
+            raise SchemaError("proof must be a list of 64-lowercase-hex-digit hashes")
+        return [bytes.fromhex(h) for h in hashes]
+
+    # ---- receipts ------------------------------------------------------------------------------
+    def check_receipts(self, manifest: Manifest, results: list[StoreResult]) -> None:
+        by_run: dict[str, dict[str, StoreResult]] = {}
+        for result in results:
+            by_run.setdefault(result.run, {})[result.store] = result
+        checked = 0
         try:
-            return [bytes.fromhex(h) for h in hashes]
-        except ValueError:
-            raise SchemaError("proof holds a value that is not hex") from None
+            for run in manifest.runs:
+                checked += check_run_receipts(
+                    self.archive.read_small, run, by_run[run.run], self.signer
+                )
+        except VerificationError as exc:
+            raise self.fail("receipts", exc) from None
+        self.passed("receipts", f"{checked} receipts and attestations verify and match")
 
     # ---- hmac-chain ----------------------------------------------------------------------------
     def check_hmac(self, manifest: Manifest) -> None:
@@ -453,7 +455,7 @@ def verify_bundle(
         failing = _first_unfinished(report)
         return failed_report(
             report,
-            Failure(failing, str(exc), exc.member, exc.line, exc.seq, HINTS["archive"]),
+            Failure(failing, str(exc), exc.member, exc.line, exc.seq, CHECK_HINTS["archive"]),
             Status.UNREADABLE,
         )
     return report
@@ -498,6 +500,7 @@ def _verify_opened(
     ]
     run.check_consistency(manifest)
     run.check_hmac(manifest)
+    run.check_receipts(manifest, results)
     signer_id = report.signer_key_id or ""
     if pins.pins(signer_id):
         report.trusted_by = pins.source

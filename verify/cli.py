@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from enum import StrEnum
@@ -18,6 +19,7 @@ import typer
 from .archive import Limits
 from .bundle import verify_bundle
 from .policy import PolicyError, resolve_policy
+from .receiptcheck import check_receipt_file
 from .render import render, render_text
 from .report import ExitCode, Report
 
@@ -26,7 +28,7 @@ EXIT_CODES_HELP: Final = (
     "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
     "input."
 )
-SUBCOMMANDS: Final = frozenset({"bundle"})
+SUBCOMMANDS: Final = frozenset({"bundle", "receipt"})
 
 app = typer.Typer(
     name="harness-verify",
@@ -34,6 +36,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -114,8 +117,8 @@ def bundle_command(
     policy: Annotated[
         Path | None,
         typer.Option(
-            help="Policy file (default: harness-verify.toml or [tool.harness-verify] "
-            "in pyproject.toml, searched from the working directory up)."
+            help="Policy file (default: harness-verify.toml or \\[tool.harness-verify] "
+            "in pyproject.toml, searched from the working directory up to the repository root)."
         ),
     ] = None,
     hmac_key: Annotated[
@@ -130,7 +133,7 @@ def bundle_command(
         bool, typer.Option("--quiet", "-q", help="No progress and no text summary.")
     ] = False,
     max_bytes: Annotated[
-        int, typer.Option(help="Refuse bundles whose members add up to more bytes.")
+        int, typer.Option(min=1, help="Refuse bundles whose members add up to more bytes.")
     ] = Limits().max_total_bytes,
 ) -> None:
     """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
@@ -152,6 +155,39 @@ def bundle_command(
     progress.done()
     _emit(report, fmt, output, quiet)
     raise typer.Exit(int(report.exit_code))
+
+
+@app.command("receipt", epilog=EXIT_CODES_HELP)
+def receipt_command(
+    receipt: Annotated[Path, typer.Argument(help="ARTIFACT.receipt.json to verify")],
+    artifact: Annotated[Path, typer.Option(help="The artifact file the receipt is about.")],
+    name: Annotated[
+        str | None,
+        typer.Option(help="Repository path the receipt must name (default: --artifact as given)."),
+    ] = None,
+    trusted_key: Annotated[
+        list[str] | None,
+        typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
+    ] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.TEXT,
+) -> None:
+    """Verify one artifact receipt against one file: digest, record, inclusion proof, signed
+    checkpoint, COSE receipt, and whether the signer is pinned. What a CI step runs per file."""
+    if fmt not in (Format.TEXT, Format.JSON):
+        raise typer.BadParameter("receipt reports are text or json")
+    try:
+        pins = resolve_policy(trusted_key or [], policy, Path.cwd())
+    except PolicyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    wanted = name if name is not None else artifact.as_posix().removeprefix("./")
+    outcome = check_receipt_file(receipt, artifact, wanted, pins)
+    if fmt is Format.JSON:
+        sys.stdout.write(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(outcome.to_text() + "\n")
+    raise typer.Exit(int(outcome.exit_code))
 
 
 @app.callback()

@@ -37,6 +37,24 @@ def consistency_member(run_id: str, store: str, size1: int, size2: int) -> str:
     return f"runs/{run_id}/proofs/{store}/{size1:020d}-{size2:020d}.json"
 
 
+def receipt_member(run_id: str, seq: int) -> str:
+    """Artifact receipt for the lineage record ``seq`` (the latest write of its path)."""
+    return f"runs/{run_id}/receipts/{seq:020d}.json"
+
+
+ATTESTATIONS: Final = (
+    "run-summary.dsse.json",
+    "lineage.dsse.json",
+    "provenance.dsse.json",
+    "run-summary.cose",
+)
+"""Run-level attestations every run carries (DSSE/in-toto and a COSE_Sign1 statement)."""
+
+
+def attestation_member(run_id: str, name: str) -> str:
+    return f"runs/{run_id}/attestations/{name}"
+
+
 def manifest_note_text(manifest_sha256_hex: str) -> str:
     return f"{MANIFEST_NOTE_ORIGIN}\n{manifest_sha256_hex}\n"
 
@@ -60,3 +78,9 @@ def tar_member_info(name: str, size: int) -> tarfile.TarInfo:
 def tar_header_bytes(name: str, size: int) -> bytes:
     """Exact header bytes (PAX format, UTF-8) the exporter writes and the verifier demands."""
     return tar_member_info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def canonical_member_order(names: list[str]) -> list[str]:
+    """The order members appear in a bundle: manifest.json, manifest.sig, the rest sorted."""
+    head = [name for name in (MANIFEST, MANIFEST_SIG) if name in names]
+    return head + sorted(name for name in names if name not in (MANIFEST, MANIFEST_SIG))

@@ -40,6 +40,8 @@ class StoreClaim:
 class RunClaim:
     run: str
     stores: dict[str, StoreClaim]
+    receipts: tuple[int, ...]
+    """Lineage seqs of the final artifacts, each with a receipt member."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,7 @@ def parse_manifest(data: bytes) -> Manifest:
     runs: list[RunClaim] = []
     for index, raw_run in enumerate(runs_value):
         what = f"manifest.json runs[{index}]"
-        run_obj = _exact(raw_run, frozenset({"run", "stores"}), what)
+        run_obj = _exact(raw_run, frozenset({"receipts", "run", "stores"}), what)
         run_id = run_obj["run"]
         if type(run_id) is not str or not RUN_ID_RE.fullmatch(run_id):
             raise SchemaError(f"{what}.run is not a valid run id")
@@ -134,7 +136,13 @@ def parse_manifest(data: bytes) -> Manifest:
             raise SchemaError(f"{what}: runs must be sorted by id without duplicates")
         stores_obj = _exact(run_obj["stores"], frozenset(STORES), f"{what}.stores")
         stores = {name: _store_claim(stores_obj[name], f"{what}.stores.{name}") for name in STORES}
-        runs.append(RunClaim(run_id, stores))
+        receipts_value = run_obj["receipts"]
+        if type(receipts_value) is not list:
+            raise SchemaError(f"{what}.receipts must be a list")
+        receipts = tuple(_nat(seq, f"{what}.receipts[]") for seq in receipts_value)
+        if any(a >= b for a, b in itertools.pairwise(receipts)):
+            raise SchemaError(f"{what}.receipts must strictly increase")
+        runs.append(RunClaim(run_id, stores, receipts))
     members_value = top["members"]
     if type(members_value) is not list:
         raise SchemaError("manifest.json: members must be a list")

@@ -89,10 +89,12 @@ def _check_count(name: str, value: object, error: type[ProofError]) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int):
         raise error(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise error(f"{name} {value} is negative")
-    if value > MAX_TREE_SIZE:
-        raise error(f"{name} {value} exceeds the uint64 range of RFC 9162")
+    if value < 0 or value > MAX_TREE_SIZE:
+        # Never str() an unbounded int in a message: past 4300 digits that raises ValueError.
+        shown = str(value) if value.bit_length() <= 128 else f"of {value.bit_length()} bits"
+        if value < 0:
+            raise error(f"{name} {shown} is negative")
+        raise error(f"{name} {shown} exceeds the uint64 range of RFC 9162")
     return value
 
 

@@ -337,3 +337,19 @@ def open_note(note: bytes, verifier_keys: Sequence[str | VerifierKey]) -> Note:
             + (f" (signed by unknown keys: {signers})" if signers else "")
         )
     return Note(text, tuple(verified.values()), tuple(unverified))
+
+
+def open_note_signed_once(note: bytes, verifier_keys: Sequence[str | VerifierKey]) -> Note:
+    """``open_note``, and the note must carry exactly one signature, by a known key.
+
+    Our manifests, checkpoints and receipts are signed once by the operator key; an extra
+    signature line (even by an unknown key, which ``open_note`` tolerates per the signed-note
+    spec) would be bytes in the evidence that nothing binds, so it is refused here.
+    """
+    opened = open_note(note, verifier_keys)
+    if len(opened.verified) != 1 or opened.unverified:
+        raise MalformedNoteError(
+            f"note carries {len(opened.verified) + len(opened.unverified)} signatures; "
+            "exactly one, by the signer, is allowed"
+        )
+    return opened

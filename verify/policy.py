@@ -6,7 +6,8 @@ pinned, in this order of precedence:
 
 1. ``--trusted-key`` values on the command line;
 2. an explicit ``--policy FILE``;
-3. the first policy file found from the working directory up to the filesystem root, where in
+3. the first policy file found from the working directory up to the repository root (the
+   first folder holding ``.git``; outside a repository, up to the filesystem root), where in
    each folder ``harness-verify.toml`` wins over a ``pyproject.toml`` that has a
    ``[tool.harness-verify]`` table;
 4. nothing: the policy is empty and no signer is trusted (fail closed).

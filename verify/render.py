@@ -21,6 +21,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from .report import (
+    CHECK_HINTS,
     CHECK_ORDER,
     CHECK_TITLES,
     ExitCode,
@@ -92,20 +93,6 @@ _STATUS_HINTS: Final = {
     Status.UNREADABLE: "give the .tar bundle produced by the harness export, unmodified",
 }
 
-_CHECK_HINTS: Final = {
-    "archive": "do not use this bundle: it is not a safe archive; re-export it from the source",
-    "manifest-signature": "the manifest or its signature was altered or the bundle is not "
-    "from a supported harness version; re-export it and do not edit it",
-    "members": "a member was added, removed or changed after sealing; treat the bundle as "
-    "tampered and obtain the original",
-    "records": "a record was edited, reordered or is malformed; treat the store as tampered",
-    "merkle-roots": "records and signed checkpoints disagree: records were changed, added or "
-    "removed after signing",
-    "consistency-proofs": "the log history was rewritten between checkpoints; treat it as tampered",
-    "hmac-chain": "the keyed chain is broken or the --hmac-key is wrong; check the key first, "
-    "otherwise treat the store as tampered",
-    "trust": _PIN_HINT,
-}
 
 _OUTCOME_TAGS: Final = {
     Outcome.PASSED: "pass",
@@ -168,7 +155,7 @@ def _hint(report: Report) -> str:
     if report.status in _STATUS_HINTS:
         return _STATUS_HINTS[report.status]
     if failure is not None:
-        return _CHECK_HINTS.get(failure.check, "")
+        return CHECK_HINTS.get(failure.check, "")
     return ""
 
 
@@ -186,7 +173,7 @@ def _problems(report: Report) -> list[_Problem]:
             problems.append(_Problem(result.name, level, failure.reason, _hint(report), failure))
         else:
             reason = result.detail or f"check failed: {CHECK_TITLES.get(result.name, '')}"
-            hint = _PIN_HINT if level == "warning" else _CHECK_HINTS.get(result.name, "")
+            hint = _PIN_HINT if level == "warning" else CHECK_HINTS.get(result.name, "")
             problems.append(_Problem(result.name, level, reason, hint, None))
     if failure is not None and all(p.failure is not failure for p in problems):
         level = "warning" if untrusted and failure.check == "trust" else "error"

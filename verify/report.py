@@ -64,6 +64,7 @@ CHECK_ORDER: Final = (
     "merkle-roots",
     "consistency-proofs",
     "hmac-chain",
+    "receipts",
     "trust",
 )
 """Every check, in the order the verifier runs them (DESIGN §6)."""
@@ -76,8 +77,32 @@ CHECK_TITLES: Final = {
     "merkle-roots": "signed checkpoints match the RFC 6962 roots and cover every record",
     "consistency-proofs": "consecutive checkpoints are linked by valid consistency proofs",
     "hmac-chain": "every record's HMAC chains (needs --hmac-key)",
+    "receipts": "every final artifact has a receipt, and receipts and attestations verify",
     "trust": "the signing key is pinned by --trusted-key or the policy",
 }
+
+
+CHECK_HINTS: Final = {
+    "archive": "The file is not a bundle written by `harness export`, or it was damaged or "
+    "crafted. Do not extract it; get the bundle again from its producer.",
+    "manifest-signature": "The manifest was changed or signed by another key than it declares: "
+    "treat the bundle as tampered.",
+    "members": "A member was added, removed or changed after export: treat the bundle as "
+    "tampered, and re-export it from the original state.",
+    "records": "A record was edited, inserted, removed or reordered, or a store is not in "
+    "canonical form: treat the bundle as tampered.",
+    "merkle-roots": "The records no longer match what the signed checkpoints sealed: treat the "
+    "bundle as tampered.",
+    "consistency-proofs": "A later checkpoint does not extend an earlier one: the log was "
+    "rewritten between checkpoints.",
+    "hmac-chain": "Records were rewritten without the HMAC master key, or --hmac-key is not the "
+    "key of the run that produced them.",
+    "receipts": "A receipt or attestation does not verify or does not match the records: "
+    "treat the bundle as tampered.",
+    "trust": "Check the signer's key id out of band, then pin it with --trusted-key KEYID or in "
+    "harness-verify.toml ([trust] keys = [...]).",
+}
+"""What to do when a check fails; carried in Failure.hint."""
 
 
 @dataclass(frozen=True)

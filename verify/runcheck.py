@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from .checkpoint import Checkpoint, parse_checkpoint
 from .errors import CheckpointError, NoteError
-from .note import open_note
+from .note import open_note_signed_once
 from .records import STORES
 from .storecheck import StoreResult, iter_store_lines, verify_store
 
@@ -23,7 +23,7 @@ def open_checkpoints(
     checkpoints = []
     for name, data in notes:
         try:
-            note = open_note(data, verifier_keys)
+            note = open_note_signed_once(data, verifier_keys)
         except NoteError as exc:
             raise type(exc)(f"{name}: {exc}") from None
         try:

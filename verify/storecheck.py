@@ -10,17 +10,21 @@ size, and that the last checkpoint covers the whole store (a cut tail or an unse
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from .canonical import parse_canonical
 from .chain import MacChain, derive_store_key
 from .checkpoint import Checkpoint
 from .errors import ChainError, CheckpointError, SchemaError, VerificationError
+from .lineage import FinalArtifacts
 from .merkle import CompactRange
-from .records import MAX_LINE_BYTES, parse_record_line, split_mac
+from .records import HEX64_RE, MAX_LINE_BYTES, TIME_RE, parse_record_line, split_mac
 
 ORIGIN_PREFIX: Final = "harness-verify/v1/"
 _LEAF_PREFIX: Final = b"\x00"
@@ -37,18 +41,20 @@ class LineSource(Protocol):
     def readline(self, size: int = -1, /) -> bytes: ...
 
 
-def iter_store_lines(stream: LineSource, member: str) -> Iterator[bytes]:
+def iter_store_lines(
+    stream: LineSource, member: str, *, limit: int = MAX_LINE_BYTES
+) -> Iterator[bytes]:
     """Yield each line of a store without its ``\\n``; refuse over-long or unterminated lines."""
     number = 0
     while True:
-        line = stream.readline(MAX_LINE_BYTES + 2)
+        line = stream.readline(limit + 2)
         if not line:
             return
         number += 1
         if not line.endswith(b"\n"):
-            if len(line) > MAX_LINE_BYTES:
+            if len(line) > limit:
                 raise SchemaError(
-                    f"{member} line {number}: longer than {MAX_LINE_BYTES} bytes",
+                    f"{member} line {number}: longer than {limit} bytes",
                     member=member,
                     line=number,
                 )
@@ -75,6 +81,8 @@ class StoreResult:
     checkpoint_sizes: list[int] = field(default_factory=list)
     recovered: list[tuple[int, int, str]] = field(default_factory=list)
     """(offset, length, sha256) of every ``store.recovered`` record, in order."""
+    artifacts: FinalArtifacts = field(default_factory=FinalArtifacts)
+    """For the lineage store: the final artifact per path."""
 
 
 def verify_store(
@@ -120,6 +128,8 @@ def verify_store(
     tree = CompactRange()
     append_leaf = tree.append
     kinds = result.kinds
+    lineage = store == "lineage"
+    artifacts = result.artifacts
     sha256 = hashlib.sha256
     last_time = ""
     if 0 in wanted:
@@ -141,6 +151,8 @@ def verify_store(
                 chain.check_next(split_mac(line)[1], record.mac)
             append_leaf(sha256(_LEAF_PREFIX + line).digest())
             kinds[record.kind] += 1
+            if lineage:
+                artifacts.apply(record.kind, seq, record.body)
             if record.kind == "store.recovered":
                 body = record.body
                 result.recovered.append((body["offset"], body["length"], body["sha256"]))
@@ -180,3 +192,40 @@ def _check_root(size: int, actual: bytes, expected: bytes) -> None:
             f"Merkle root of the first {size} records is {actual.hex()[:16]}… but the signed "
             f"checkpoint says {expected.hex()[:16]}… (records edited, inserted or removed)"
         )
+
+
+QUARANTINE_LINE_BYTES: Final = 2 * MAX_LINE_BYTES
+"""A quarantine entry holds a torn tail (< one record line) in base64, plus a few members."""
+QUARANTINE_KEYS: Final = frozenset({"data_b64", "found", "length", "offset", "sha256", "store"})
+
+
+def parse_quarantine_entry(line: bytes, store: str) -> tuple[int, int, str]:
+    """Check one ``<store>.quarantine.jsonl`` line; return its (offset, length, sha256).
+
+    The kept bytes must decode, have the stated length and digest: the entry is evidence of
+    what a crash left behind, so every member of it is checked, not only the ones the
+    ``store.recovered`` record repeats.
+    """
+    entry = parse_canonical(line)
+    if type(entry) is not dict or entry.keys() != QUARANTINE_KEYS:
+        raise SchemaError(f"a quarantine entry has exactly the members {sorted(QUARANTINE_KEYS)}")
+    offset, length, digest = entry["offset"], entry["length"], entry["sha256"]
+    if type(offset) is not int or offset < 0 or type(length) is not int or length < 1:
+        raise SchemaError("offset must be >= 0 and length >= 1")
+    if entry["store"] != store:
+        raise SchemaError(f"entry is for store {entry['store']!r}, not {store!r}")
+    found = entry["found"]
+    if type(found) is not str or not TIME_RE.fullmatch(found):
+        raise SchemaError("found must be a record time (YYYY-MM-DDTHH:MM:SS.ffffffZ)")
+    if type(digest) is not str or not HEX64_RE.fullmatch(digest):
+        raise SchemaError("sha256 must be 64 lowercase hex digits")
+    data_b64 = entry["data_b64"]
+    try:
+        data = base64.b64decode(data_b64, validate=True) if type(data_b64) is str else None
+    except binascii.Error:
+        data = None
+    if data is None or base64.b64encode(data).decode("ascii") != data_b64:
+        raise SchemaError("data_b64 is not canonical standard base64")
+    if len(data) != length or hashlib.sha256(data).hexdigest() != digest:
+        raise SchemaError("the kept bytes do not have the stated length and SHA-256")
+    return offset, length, digest

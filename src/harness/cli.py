@@ -104,6 +104,35 @@ def export(
     )
 
 
+@app.command("receipt")
+def receipt(
+    artifact: Annotated[Path, typer.Argument(help="artifact path, relative to the repository")],
+    run_ids: Annotated[
+        list[str] | None, typer.Option("--run", help="Run id to look in (repeatable).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Receipt file (default ARTIFACT.receipt.json).")
+    ] = None,
+    state: Annotated[Path, typer.Option("--state", help="state folder")] = Path(".harness"),
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help="keys folder")] = None,
+) -> None:
+    """Write the receipt of one artifact: RFC 6962 proof, signed checkpoint, COSE receipt."""
+    from harness.receipts.bundle import ExportError, receipt_for_path
+    from harness.receipts.keys import KeyFileError, load_keys
+    from harness.receipts.store import StoreError
+
+    name = artifact.as_posix().removeprefix("./")
+    try:
+        keys = load_keys(keys_dir or state / "keys")
+        run_id, data = receipt_for_path(state, keys, name, run_ids)
+    except (KeyFileError, StoreError, ExportError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    target = out or artifact.with_name(artifact.name + ".receipt.json")
+    target.write_bytes(data)
+    typer.echo(f"wrote {target} (run {run_id}, signer key id {keys.key_id})")
+
+
 @app.command("demo")
 def demo(
     folder: Annotated[

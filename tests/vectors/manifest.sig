@@ -1,0 +1,4 @@
+harness-verify/v1/bundle
+b0754a9bc08133f440601c152e685c865611ec32bbad6017e209e5a3d75a8c91
+
+— harness-34750f98bd59fcfc 063Xa9YFZ9YhxbPziVSnhUxCgusJ0Th51jyjSkaxWlJa+y6qLa+3LVb0oZwq2WwqV750vJNHwUbLheA7i4WpolSfqgo=

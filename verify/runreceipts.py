@@ -1,0 +1,183 @@
+"""Bundle check "receipts": every final artifact's receipt and the run's attestations.
+
+Per run, after the stores verified: the manifest must list exactly the final artifacts' seqs;
+each receipt must verify (harness.verify.receipt) under the bundle's signer AND against this
+bundle's lineage log (same sealing checkpoint, same size, the artifact's path and digest);
+the DSSE envelopes must verify, carry in-toto Statements v1 of the expected predicate type
+whose subjects are exactly the final artifacts; the run-summary predicate must state what
+the verified stores hold; and the COSE_Sign1 statement must sign the same run-summary
+statement bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .cose import decode_sign1, verify_sign1
+from .dsse import verify_envelope
+from .errors import VerificationError
+from .intoto import (
+    PAYLOAD_TYPE_IN_TOTO,
+    PREDICATE_LINEAGE,
+    PREDICATE_RUN_SUMMARY,
+    PREDICATE_SLSA_PROVENANCE,
+    Statement,
+    parse_statement,
+)
+from .keyids import key_id
+from .layout import attestation_member, checkpoint_member, receipt_member
+from .lineage import FinalArtifact
+from .manifest import RunClaim
+from .note import parse_verifier_key
+from .receipt import MAX_RECEIPT_BYTES, ReceiptError, verify_receipt
+from .storecheck import StoreResult
+
+ENVELOPE_LIMIT: Final = 64 << 20
+COSE_CONTENT_TYPE: Final = 3
+COSE_KID: Final = 4
+STATEMENTS: Final = (
+    ("run-summary", PREDICATE_RUN_SUMMARY),
+    ("lineage", PREDICATE_LINEAGE),
+    ("provenance", PREDICATE_SLSA_PROVENANCE),
+)
+
+ReadSmall = Callable[[str, int], bytes]
+
+
+class AttestationError(VerificationError):
+    """A run attestation does not verify or does not match the verified records."""
+
+
+def check_run_receipts(
+    read: ReadSmall,
+    run: RunClaim,
+    stores: Mapping[str, StoreResult],
+    signer: str,
+) -> int:
+    """Verify one run's receipts and attestations; returns how many objects were checked."""
+    lineage = stores["lineage"]
+    finals = lineage.artifacts.final()
+    seqs = tuple(sorted(artifact.seq for artifact in finals))
+    if seqs != run.receipts:
+        raise ReceiptError(
+            f"run {run.run}: manifest lists receipts for records {list(run.receipts)[:8]}, "
+            f"the lineage store's final artifacts are records {list(seqs)[:8]}"
+        )
+    sealing = read(checkpoint_member(run.run, "lineage", lineage.size), 64 << 10)
+    for artifact in finals:
+        _check_receipt(read, run.run, artifact, lineage, sealing, signer)
+    if not finals:
+        return 0  # no subject, no attestations (see harness.receipts.bundle)
+    public = Ed25519PublicKey.from_public_bytes(parse_verifier_key(signer).public_key)
+    signer_id = key_id(parse_verifier_key(signer).public_key)
+    payloads: dict[str, bytes] = {}
+    for name, predicate_type in STATEMENTS:
+        member = attestation_member(run.run, f"{name}.dsse.json")
+        try:
+            payload_type, payload = verify_envelope(read(member, ENVELOPE_LIMIT), [public])
+            statement = parse_statement(
+                payload, allowed_predicate_types=frozenset({predicate_type})
+            )
+        except VerificationError as exc:
+            raise AttestationError(f"{member}: {exc}", member=member) from None
+        if payload_type != PAYLOAD_TYPE_IN_TOTO:
+            raise AttestationError(f"{member}: payload type {payload_type!r}", member=member)
+        _check_subjects(member, statement, finals)
+        payloads[name] = payload
+        if name == "run-summary":
+            _check_run_summary(member, statement.predicate, run.run, stores, signer_id)
+    _check_cose_statement(read, run.run, public, signer_id, payloads["run-summary"])
+    return len(finals) + len(STATEMENTS) + 1
+
+
+def _check_receipt(
+    read: ReadSmall,
+    run_id: str,
+    artifact: FinalArtifact,
+    lineage: StoreResult,
+    sealing: bytes,
+    signer: str,
+) -> None:
+    member = receipt_member(run_id, artifact.seq)
+    try:
+        receipt = verify_receipt(read(member, MAX_RECEIPT_BYTES), signer=signer)
+    except VerificationError as exc:
+        raise ReceiptError(f"{member}: {exc}", member=member) from None
+    problems = [
+        what
+        for what, ok in (
+            ("run", receipt.run == run_id),
+            ("leaf index", receipt.leaf_index == artifact.seq),
+            ("tree size", receipt.tree_size == lineage.size),
+            ("sealing checkpoint", receipt.checkpoint_note == sealing),
+            ("root", receipt.root == lineage.root),
+            ("path", receipt.path == artifact.path),
+            ("sha256", receipt.sha256 == artifact.sha256),
+        )
+        if not ok
+    ]
+    if problems:
+        raise ReceiptError(
+            f"{member}: verifies on its own but does not match this bundle's lineage log "
+            f"({', '.join(problems)})",
+            member=member,
+        )
+
+
+def _check_subjects(member: str, statement: Statement, finals: list[FinalArtifact]) -> None:
+    found = sorted((s.name, tuple(sorted(s.digest.items()))) for s in statement.subjects)
+    wanted = sorted((a.path, (("sha256", a.sha256),)) for a in finals)
+    if found != wanted:
+        raise AttestationError(
+            f"{member}: subjects are not exactly the run's final artifacts (name + sha256)",
+            member=member,
+        )
+
+
+def _check_run_summary(
+    member: str,
+    predicate: Mapping[str, Any],
+    run_id: str,
+    stores: Mapping[str, StoreResult],
+    signer_id: str,
+) -> None:
+    claimed = predicate.get("stores")
+    actual = {
+        name: {
+            "records": result.size,
+            "root": result.root.hex(),
+            "checkpoints": list(result.checkpoint_sizes),
+        }
+        for name, result in stores.items()
+    }
+    if predicate.get("run") != run_id or predicate.get("signer_key_id") != signer_id:
+        raise AttestationError(f"{member}: run summary names another run or signer", member=member)
+    if claimed != actual:
+        raise AttestationError(
+            f"{member}: run summary does not state what the verified stores hold", member=member
+        )
+
+
+def _check_cose_statement(
+    read: ReadSmall, run_id: str, public: Ed25519PublicKey, signer_id: str, summary: bytes
+) -> None:
+    member = attestation_member(run_id, "run-summary.cose")
+    data = read(member, ENVELOPE_LIMIT)
+    try:
+        payload = verify_sign1(data, public)
+        protected = decode_sign1(data).protected
+    except VerificationError as exc:
+        raise AttestationError(f"{member}: {exc}", member=member) from None
+    if payload != summary:
+        raise AttestationError(
+            f"{member}: signs other bytes than the run-summary DSSE statement", member=member
+        )
+    if protected.get(COSE_CONTENT_TYPE) != PAYLOAD_TYPE_IN_TOTO:
+        raise AttestationError(
+            f"{member}: content type is not {PAYLOAD_TYPE_IN_TOTO}", member=member
+        )
+    if protected.get(COSE_KID) != bytes.fromhex(signer_id):
+        raise AttestationError(f"{member}: kid is not the signer's key id", member=member)
