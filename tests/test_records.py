@@ -51,6 +51,58 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "response_sha256": HEX,
     },
     ("control", "command"): {"operator": "op", "command": "stop", "args": {}},
+    ("audit", "task.planned"): {
+        "task": "t1",
+        "role": "coder",
+        "priority": -2,
+        "depends": ["t0"],
+        "adapter": "scripted",
+        "tools": ["edit", "shell"],
+    },
+    ("audit", "task.transition"): {"task": "t1", "from": "open", "to": "claimed", "reason": "b1"},
+    ("audit", "task.refused"): {"task": "t1", "from": "done", "to": "open", "reason": "illegal"},
+    ("audit", "agent.spawn"): {
+        "batch": "b1",
+        "tasks": ["t1", "t2"],
+        "adapter": "scripted",
+        "branch": "harness/b1",
+        "worktree": "/tmp/w",
+        "timeout_ms": 60000,
+    },
+    ("audit", "agent.exit"): {
+        "batch": "b1",
+        "exit_code": -9,
+        "signal": "SIGKILL",
+        "timed_out": True,
+        "duration_ms": 61000,
+    },
+    ("audit", "gate.result"): {
+        "task": "t1",
+        "gate": "tests",
+        "passed": False,
+        "exit_code": -15,
+        "duration_ms": 12,
+    },
+    ("audit", "merge.result"): {
+        "task": "t1",
+        "branch": "harness/b1",
+        "merged": True,
+        "commit": "ab" * 20,
+        "reason": "clean",
+    },
+    ("audit", "capability.denied"): {
+        "task": "t3",
+        "tools": ["web", "secrets"],
+        "tags": ["PRIVATE_DATA", "UNTRUSTED_INPUT", "EXTERNAL_COMM"],
+        "reason": "lethal trifecta",
+    },
+    ("audit", "capsule.approved"): {"capsule": HEX, "goal": "fix bug", "expires": "2027-01-01"},
+    ("audit", "capsule.check"): {
+        "task": "t1",
+        "capsule": HEX,
+        "conforms": False,
+        "violations": ["wrote outside scope: x"],
+    },
 }
 for _store in BODY_SPECS:
     SAMPLE_BODIES[(_store, "store.recovered")] = {"offset": 10, "length": 3, "sha256": HEX}
@@ -89,6 +141,12 @@ def validator() -> jsonschema.Draft202012Validator:
     schema = json.loads(text)
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(schema)
+
+
+def test_committed_schema_is_generated_from_the_specs() -> None:
+    from .schemagen import SCHEMA_PATH, render
+
+    assert SCHEMA_PATH.read_text() == render(), "run: python -m tests.schemagen"
 
 
 def test_every_spec_kind_has_a_sample() -> None:

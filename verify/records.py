@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from .canonical import check_json_types, decode_canonical
 from .errors import CanonicalEncodingError, SchemaError
+from .fsm import TaskState
 
 RECORD_VERSION: Final = 1
 STORES: Final = ("lineage", "audit", "replay", "control")
@@ -78,6 +79,28 @@ def _hex64_list(value: Any) -> str | None:
     return None
 
 
+def _int(value: Any) -> str | None:
+    return None if type(value) is int else "an integer"
+
+
+def _opt_int(value: Any) -> str | None:
+    return None if value is None or type(value) is int else "an integer or null"
+
+
+def _bool(value: Any) -> str | None:
+    return None if type(value) is bool else "true or false"
+
+
+def _str_list(value: Any) -> str | None:
+    if type(value) is not list or any(type(item) is not str or not item for item in value):
+        return "a list of non-empty strings"
+    return None
+
+
+def _task_state(value: Any) -> str | None:
+    return None if type(value) is str and value in _TASK_STATES else "a task state"
+
+
 def _object(value: Any) -> str | None:
     # Free-form members are the only place a float could hide from the typed checks, and
     # records carry integers only (decode_canonical leaves the float policy to this schema).
@@ -91,6 +114,7 @@ def _object(value: Any) -> str | None:
 
 
 BodySpec = Mapping[str, tuple[bool, Checker]]
+_TASK_STATES: Final = frozenset(state.value for state in TaskState)
 
 QUARANTINE_BODY: Final[BodySpec] = {
     "offset": (True, _nat),
@@ -124,6 +148,72 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         "run.start": {"plan": (True, _str), "producer": (True, _str)},
         "run.end": {"outcome": (True, _str)},
         "event": {"name": (True, _str), "data": (True, _object)},
+        "task.planned": {
+            "task": (True, _str),
+            "role": (True, _str),
+            "priority": (True, _int),
+            "depends": (True, _str_list),
+            "adapter": (True, _str),
+            "tools": (True, _str_list),
+        },
+        "task.transition": {
+            "task": (True, _str),
+            "from": (True, _task_state),
+            "to": (True, _task_state),
+            "reason": (True, _str),
+        },
+        "task.refused": {
+            "task": (True, _str),
+            "from": (True, _task_state),
+            "to": (True, _task_state),
+            "reason": (True, _str),
+        },
+        "agent.spawn": {
+            "batch": (True, _str),
+            "tasks": (True, _str_list),
+            "adapter": (True, _str),
+            "branch": (True, _str),
+            "worktree": (True, _str),
+            "timeout_ms": (True, _nat),
+        },
+        "agent.exit": {
+            "batch": (True, _str),
+            "exit_code": (True, _opt_int),
+            "signal": (True, _opt_str),
+            "timed_out": (True, _bool),
+            "duration_ms": (True, _nat),
+        },
+        "gate.result": {
+            "task": (True, _str),
+            "gate": (True, _str),
+            "passed": (True, _bool),
+            "exit_code": (True, _opt_int),
+            "duration_ms": (True, _nat),
+        },
+        "merge.result": {
+            "task": (True, _str),
+            "branch": (True, _str),
+            "merged": (True, _bool),
+            "commit": (True, _opt_str),
+            "reason": (True, _str),
+        },
+        "capability.denied": {
+            "task": (True, _str),
+            "tools": (True, _str_list),
+            "tags": (True, _str_list),
+            "reason": (True, _str),
+        },
+        "capsule.approved": {
+            "capsule": (True, _hex64),
+            "goal": (True, _str),
+            "expires": (True, _str),
+        },
+        "capsule.check": {
+            "task": (True, _str),
+            "capsule": (True, _hex64),
+            "conforms": (True, _bool),
+            "violations": (True, _str_list),
+        },
         "store.recovered": QUARANTINE_BODY,
     },
     "replay": {
@@ -223,7 +313,14 @@ def check_envelope(obj: Any, store: str | None = None, run: str | None = None) -
 # Non-empty string, unrolled so runs of plain bytes match in one tight loop.
 _STRING = rb'"(?:[^"\\]|\\.)[^"\\]*(?:\\.[^"\\]*)*"'
 _HEX64 = rb'"[0-9a-f]{64}"'
+_INT = rb"-?(?:0|[1-9][0-9]*)"
+_STATES = rb"(?:" + b"|".join(re.escape(state.value.encode()) for state in TaskState) + rb")"
 _PATTERNS: Final[dict[Checker, bytes]] = {
+    _int: _INT,
+    _opt_int: rb"(?:null|" + _INT + rb")",
+    _bool: rb"(?:true|false)",
+    _str_list: rb"\[(?:" + _STRING + rb"(?:," + _STRING + rb")*)?\]",
+    _task_state: rb'"' + _STATES + rb'"',
     _str: _STRING,
     _opt_str: rb"(?:null|" + _STRING + rb")",
     _hex64: _HEX64,

@@ -1,0 +1,102 @@
+"""Derive schemas/record.schema.json from BODY_SPECS (one source of truth for record kinds).
+
+    python -m tests.schemagen          # rewrite schemas/record.schema.json
+
+tests/test_records.py asserts the committed schema equals this output, and holds the schema,
+the dict checks and the regex fast path to the same verdicts on many records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.verify import records as r
+from harness.verify.fsm import TaskState
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "record.schema.json"
+HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+STRING = {"type": "string", "minLength": 1}
+SAFE = 9007199254740991
+
+
+def _checkers() -> dict[Any, dict[str, Any]]:
+    return {
+        r._str: STRING,
+        r._opt_str: {"oneOf": [{"type": "null"}, STRING]},
+        r._hex64: HEX64,
+        r._nat: {"type": "integer", "minimum": 0, "maximum": SAFE},
+        r._int: {"type": "integer", "minimum": -SAFE, "maximum": SAFE},
+        r._opt_int: {
+            "oneOf": [{"type": "null"}, {"type": "integer", "minimum": -SAFE, "maximum": SAFE}]
+        },
+        r._bool: {"type": "boolean"},
+        r._str_list: {"type": "array", "items": STRING},
+        r._hex64_list: {"type": "array", "items": HEX64},
+        r._task_state: {"enum": [state.value for state in TaskState]},
+        r._object: {"type": "object"},
+    }
+
+
+def record_schema() -> dict[str, Any]:
+    checkers = _checkers()
+    defs: dict[str, Any] = {}
+    branches = []
+    for store, kinds in r.BODY_SPECS.items():
+        for kind, spec in kinds.items():
+            name = f"{store}:{kind}"
+            defs[name] = {
+                "type": "object",
+                "additionalProperties": False,
+                "required": sorted(k for k, (required, _) in spec.items() if required),
+                "properties": {k: checkers[c] for k, (_, c) in spec.items()},
+            }
+            branches.append(
+                {
+                    "if": {"properties": {"store": {"const": store}, "kind": {"const": kind}}},
+                    "then": {"properties": {"body": {"$ref": f"#/$defs/{name}"}}},
+                }
+            )
+    allowed = {
+        "anyOf": [
+            {"properties": {"store": {"const": store}, "kind": {"enum": sorted(kinds)}}}
+            for store, kinds in r.BODY_SPECS.items()
+        ]
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://harness-verify.invalid/schemas/record.schema.json",
+        "title": "harness-verify store record, version 1",
+        "description": "One line of a store (lineage, audit, replay, control): the RFC 8785 "
+        "canonical encoding of this object, then LF. Integers only (no floats), within "
+        "+-(2^53-1). Generated from harness.verify.records.BODY_SPECS by tests/schemagen.py. "
+        "See docs/spec/records.md.",
+        "type": "object",
+        "additionalProperties": False,
+        "required": sorted(r.ENVELOPE_KEYS),
+        "properties": {
+            "v": {"const": 1},
+            "store": {"enum": list(r.STORES)},
+            "run": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},
+            "seq": {"type": "integer", "minimum": 0, "maximum": SAFE},
+            "time": {
+                "type": "string",
+                "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z$",
+            },
+            "kind": {"type": "string", "pattern": "^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*$"},
+            "body": {"type": "object"},
+            "mac": HEX64,
+        },
+        "allOf": [allowed, *branches],
+        "$defs": defs,
+    }
+
+
+def render() -> str:
+    return json.dumps(record_schema(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    SCHEMA_PATH.write_text(render())
+    print(SCHEMA_PATH)
