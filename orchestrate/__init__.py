@@ -1,1 +1,1 @@
-"""orchestrate"""
+"""harness.orchestrate: the deterministic runtime that runs agents and records evidence."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -49,7 +49,7 @@ from .manifest import Manifest, StoreClaim, UnsupportedBundleError, parse_manife
 from .merkle import verify_consistency
 from .note import open_note_signed_once, parse_verifier_key
 from .policy import EMPTY_POLICY, TrustPolicy
-from .records import HEX64_RE, STORES, split_mac
+from .records import HEX64_RE, STORES, Record, parse_record_line, split_mac
 from .report import (
     CHECK_HINTS,
     CHECK_ORDER,
@@ -63,6 +63,7 @@ from .report import (
 )
 from .runcheck import open_checkpoints
 from .runreceipts import check_run_receipts
+from .semantics import check_run_semantics
 from .storecheck import (
     QUARANTINE_LINE_BYTES,
     StoreResult,
@@ -397,6 +398,28 @@ class _Run:
             raise self.fail("receipts", exc) from None
         self.passed("receipts", f"{checked} receipts and attestations verify and match")
 
+    # ---- semantics -----------------------------------------------------------------------------
+    def check_semantics(self, manifest: Manifest) -> None:
+        tasks = 0
+        try:
+            for run in manifest.runs:
+                result = check_run_semantics(
+                    run.run,
+                    self._records(run.run, "audit"),
+                    self._records(run.run, "lineage"),
+                )
+                tasks += len(result.tasks)
+        except VerificationError as exc:
+            raise self.fail("semantics", exc) from None
+        self.passed("semantics", f"{tasks} task histories are lawful")
+
+    def _records(self, run_id: str, store: str) -> Iterator[tuple[Record, str]]:
+        member = store_member(run_id, store)
+        with self.archive.open(member) as stream:
+            for index, line in enumerate(iter_store_lines(stream, member)):
+                where = f"{member} line {index + 1} (seq {index})"
+                yield parse_record_line(line, store, run_id), where
+
     # ---- hmac-chain ----------------------------------------------------------------------------
     def check_hmac(self, manifest: Manifest) -> None:
         if self.hmac_master is None:
@@ -501,6 +524,7 @@ def _verify_opened(
     run.check_consistency(manifest)
     run.check_hmac(manifest)
     run.check_receipts(manifest, results)
+    run.check_semantics(manifest)
     signer_id = report.signer_key_id or ""
     if pins.pins(signer_id):
         report.trusted_by = pins.source

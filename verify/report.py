@@ -65,6 +65,7 @@ CHECK_ORDER: Final = (
     "consistency-proofs",
     "hmac-chain",
     "receipts",
+    "semantics",
     "trust",
 )
 """Every check, in the order the verifier runs them (DESIGN §6)."""
@@ -78,6 +79,7 @@ CHECK_TITLES: Final = {
     "consistency-proofs": "consecutive checkpoints are linked by valid consistency proofs",
     "hmac-chain": "every record's HMAC chains (needs --hmac-key)",
     "receipts": "every final artifact has a receipt, and receipts and attestations verify",
+    "semantics": "task histories follow the lifecycle; denials, gates and merges are honoured",
     "trust": "the signing key is pinned by --trusted-key or the policy",
 }
 
@@ -99,6 +101,8 @@ CHECK_HINTS: Final = {
     "key of the run that produced them.",
     "receipts": "A receipt or attestation does not verify or does not match the records: "
     "treat the bundle as tampered.",
+    "semantics": "Each record is intact but together they describe an impossible history: the "
+    "producer is faulty or the records were forged by a key holder.",
     "trust": "Check the signer's key id out of band, then pin it with --trusted-key KEYID or in "
     "harness-verify.toml ([trust] keys = [...]).",
 }

@@ -139,19 +139,94 @@ def demo(
         Path | None, typer.Option("--dir", help="Folder for the demo (default: a new temp dir).")
     ] = None,
 ) -> None:
-    """Record a small run end to end, export bundle.tar, and verify it offline."""
-    from harness.demo import run_demo
+    """The main job end to end: a throw-away repo, a plan run by the scripted agent in real
+    worktrees with real gates, then bundle.tar exported and verified offline."""
+    from harness.orchestrate.demo import run_demo
     from harness.verify.render import render_text
 
     result = run_demo(folder)
     typer.echo(render_text(result.report))
-    typer.echo(f"demo folder: {result.folder.absolute()}")
-    typer.echo(f"bundle:      {result.bundle.absolute()}")
-    typer.echo(
-        f"verify it yourself: harness-verify {result.bundle.absolute()} "
-        f"--trusted-key {result.key_id}"
-    )
+    typer.echo("tasks:")
+    for task, state in sorted(result.summary.states.items()):
+        typer.echo(f"  {task:12} {state.value}")
+    typer.echo(f"demo repository: {result.repo}")
+    typer.echo(f"bundle:          {result.bundle}")
+    typer.echo(f"verify it yourself: harness-verify {result.bundle} --trusted-key {result.key_id}")
     raise typer.Exit(int(result.report.exit_code))
+
+
+@app.command("init")
+def init(
+    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+) -> None:
+    """Create .harness/ (git-ignored via .git/info/exclude) and the operator keys."""
+    from harness.orchestrate.state import init_state
+
+    state, keys = init_state(repo)
+    typer.echo(f"state: {state}")
+    typer.echo(f"signer key id: {keys.key_id}")
+
+
+@app.command("run")
+def run(
+    plan_file: Annotated[Path, typer.Argument(help="plan.toml")],
+    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+    run_id: Annotated[str | None, typer.Option("--run", help="run id (default: new)")] = None,
+    replay: Annotated[
+        str | None, typer.Option(help="replay model answers from this run's journal")
+    ] = None,
+    allow_live_miss: Annotated[bool, typer.Option(help="call live on a replay miss")] = False,
+    logical_clock: Annotated[bool, typer.Option(help="deterministic record times")] = False,
+    capabilities: Annotated[Path | None, typer.Option(help="capabilities.toml (tool tags)")] = None,
+) -> None:
+    """Run (or resume) a plan: agents in worktrees, gates, merges, evidence."""
+    from harness.orchestrate.state import StateError, run_plan
+
+    try:
+        summary = run_plan(
+            repo.absolute(),
+            plan_file,
+            run_id=run_id,
+            replay=replay,
+            allow_live_miss=allow_live_miss,
+            logical_clock=logical_clock,
+            capabilities=capabilities,
+        )
+    except StateError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"run {summary.run_id}: {summary.batches} batch(es)")
+    for task, state in sorted(summary.states.items()):
+        typer.echo(f"  {task:12} {state.value}")
+
+
+@app.command("status")
+def status(repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path()) -> None:
+    """Runs and the state of each task, read from the audit stores."""
+    from harness.orchestrate.runtime import task_states
+    from harness.orchestrate.state import state_dir
+
+    state = state_dir(repo.absolute())
+    runs = sorted(p.name for p in (state / "runs").glob("*") if p.is_dir())
+    if not runs:
+        typer.echo("no runs")
+    for run_id in runs:
+        typer.echo(f"run {run_id}")
+        for task, task_state in sorted(task_states(state, run_id).items()):
+            typer.echo(f"  {task:12} {task_state}")
+
+
+@app.command("stop")
+def stop(
+    run_id: Annotated[str, typer.Option("--run", help="run id")],
+    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+    operator: Annotated[str, typer.Option(help="who asks")] = "operator",
+) -> None:
+    """Ask a running run to stop: recorded in its control store, honoured at the next tick."""
+    from harness.orchestrate.state import request_stop
+
+    seq = request_stop(repo.absolute(), run_id, operator)
+    typer.echo(f"stop requested (control record {seq})")
 
 
 def main() -> None:

@@ -1,1 +1,0 @@
-../../src/harness/demo.py

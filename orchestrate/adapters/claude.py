@@ -1,0 +1,118 @@
+"""Claude Code (``claude``) in print mode.
+
+Assumed CLI: Claude Code 1.x/2.x (``@anthropic-ai/claude-code``). Invocation::
+
+    claude -p --output-format json --permission-mode acceptEdits [--model M] -- <prompt>
+
+* ``-p``/``--print``: non-interactive, print the answer and exit (the prompt is the positional
+  argument; ``--`` ends the options so a prompt starting with ``-`` stays the prompt);
+* ``--output-format json``: one JSON object on stdout when the run ends::
+
+      {"type": "result", "subtype": "success", "is_error": false, "result": "<final text>",
+       "session_id": "...", "num_turns": 3, "duration_ms": 1234, "total_cost_usd": 0.01,
+       "usage": {...}, "modelUsage": {"<model>": {"inputTokens": ..., "outputTokens": ...}}}
+
+  ``subtype`` is ``error_max_turns`` / ``error_during_execution`` on failure (then no
+  ``result``); an API failure is ``is_error: true`` with the message in ``result``.
+  ``modelUsage`` exists in recent versions only and is optional here;
+* ``--output-format stream-json`` (``output_format="stream-json"``; requires ``--verbose``
+  with ``-p``): JSONL messages, first ``{"type": "system", "subtype": "init", "model": ...}``,
+  last the same result object as above. Both forms (and the JSON array some versions print
+  with ``--verbose``) are parsed;
+* ``--permission-mode acceptEdits``: file edits are allowed without a prompt (nobody is there
+  to answer); other tools stay under the default policy;
+* ``--model M``: an alias (``sonnet``) or a full model name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..model import ProcResult
+from .base import (
+    PROMPT_PLACEHOLDER,
+    AgentOutput,
+    AgentRequest,
+    busiest_model,
+    cli_call,
+    clip,
+    decode,
+    failed,
+    hard_stop,
+    parse_json_document,
+    parse_json_lines,
+    process_failure,
+)
+
+
+@dataclass(frozen=True)
+class ClaudeAdapter:
+    name: str = "claude"
+    executable: str = "claude"
+    output_format: Literal["json", "stream-json"] = "json"
+    permission_mode: str = "acceptEdits"
+
+    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+        flags = ["-p", "--output-format", self.output_format]
+        if self.output_format == "stream-json":
+            flags.append("--verbose")
+        flags += ["--permission-mode", self.permission_mode]
+        if request.model:
+            flags += ["--model", request.model]
+        return [*flags, "--", prompt]
+
+    def argv(self, request: AgentRequest) -> list[str]:
+        return [self.executable, *self.flags(request, request.prompt)]
+
+    def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
+        stop = hard_stop(self.name, result)
+        if stop:
+            return failed(stop, result)
+        messages, error = _messages(decode(result.stdout))
+        final = next((m for m in reversed(messages) if m.get("type") == "result"), None)
+        if final is None:
+            why = error or "claude: no result object in the output"
+            return failed(process_failure(self.name, result) or why, result)
+        subtype = final.get("subtype")
+        text = final.get("result")
+        if final.get("is_error") is True or subtype != "success":
+            detail = f": {clip(text)}" if isinstance(text, str) and text.strip() else ""
+            return failed(f"claude reported an error ({subtype}){detail}", result)
+        if not isinstance(text, str):
+            return failed("claude: result object has no text 'result'", result)
+        exit_problem = process_failure(self.name, result)
+        if exit_problem:
+            return failed(exit_problem, result)
+        model = _model(messages, final, request.model)
+        call = cli_call(self.name, request, text, model, self.flags(request, PROMPT_PLACEHOLDER))
+        return AgentOutput(ok=True, summary=text, model_calls=(call,))
+
+
+def _messages(text: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The output's JSON objects: one object (json), an array (json + verbose), or JSONL."""
+    value, error = parse_json_document(text, "claude")
+    if error is None:
+        if isinstance(value, dict):
+            return [value], None
+        if isinstance(value, list):
+            return [item for item in value if isinstance(item, dict)], None
+        return [], "claude: output is JSON but neither an object nor an array"
+    if text.strip() and "\n" in text.strip():
+        return parse_json_lines(text, "claude")
+    return [], error
+
+
+def _model(
+    messages: list[dict[str, Any]], final: dict[str, Any], requested: str | None
+) -> str | None:
+    for message in messages:
+        if message.get("type") == "system" and message.get("subtype") == "init":
+            model = message.get("model")
+            if isinstance(model, str) and model:
+                return model
+    usage = final.get("modelUsage")
+    if isinstance(usage, Mapping) and usage:
+        return busiest_model(usage, requested, ("outputTokens",))
+    return None

@@ -1,0 +1,103 @@
+"""OpenAI Codex CLI (``codex``), non-interactive ``exec`` mode.
+
+Assumed CLI: codex-cli 0.4x+ (the Rust ``codex-rs``; the JSONL schema of
+``codex-rs/exec/src/exec_events.rs``). Invocation::
+
+    codex exec --json --full-auto --skip-git-repo-check [-m M] -- <prompt>
+
+* ``exec``: run one task to completion without a UI;
+* ``--json``: JSONL events on stdout (logs go to stderr)::
+
+      {"type": "thread.started", "thread_id": "..."}
+      {"type": "turn.started"}
+      {"type": "item.started"|"item.updated"|"item.completed",
+       "item": {"id": "item_0", "type": "agent_message", "text": "..."}}
+         (other item types: reasoning, command_execution, file_change, mcp_tool_call,
+          web_search, todo_list, error)
+      {"type": "turn.completed", "usage": {"input_tokens": .., "cached_input_tokens": ..,
+                                            "output_tokens": ..}}
+      {"type": "turn.failed", "error": {"message": "..."}}
+      {"type": "error", "message": "..."}
+
+  The final answer is the text of the last completed ``agent_message`` item. The stream
+  names no model, so the requested model (or ``unspecified``) is reported;
+* ``--full-auto``: sandboxed workspace-write, no approval prompts (the worktree is writable);
+* ``--skip-git-repo-check``: do not refuse a directory codex does not take for a trusted repo
+  (a linked git worktree);
+* ``-m M``: the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import ProcResult
+from .base import (
+    PROMPT_PLACEHOLDER,
+    AgentOutput,
+    AgentRequest,
+    cli_call,
+    clip,
+    decode,
+    failed,
+    hard_stop,
+    parse_json_lines,
+    process_failure,
+)
+
+
+@dataclass(frozen=True)
+class CodexAdapter:
+    name: str = "codex"
+    executable: str = "codex"
+
+    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+        flags = ["exec", "--json", "--full-auto", "--skip-git-repo-check"]
+        if request.model:
+            flags += ["-m", request.model]
+        return [*flags, "--", prompt]
+
+    def argv(self, request: AgentRequest) -> list[str]:
+        return [self.executable, *self.flags(request, request.prompt)]
+
+    def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
+        stop = hard_stop(self.name, result)
+        if stop:
+            return failed(stop, result)
+        events, error = parse_json_lines(decode(result.stdout), "codex")
+        if error:
+            return failed(process_failure(self.name, result) or error, result)
+        if not events:
+            return failed(process_failure(self.name, result) or "codex: no events", result)
+        text: str | None = None
+        completed = False
+        for event in events:
+            kind = event.get("type")
+            if kind == "turn.failed":
+                return failed(f"codex turn failed: {_message(event.get('error'))}", result)
+            if kind == "error":
+                return failed(f"codex error: {_message(event)}", result)
+            if kind == "turn.completed":
+                completed = True
+            if kind == "item.completed":
+                item = event.get("item")
+                if isinstance(item, dict) and item.get("type") == "agent_message":
+                    if not isinstance(item.get("text"), str):
+                        return failed("codex: agent_message item without text", result)
+                    text = item["text"]
+        problem = process_failure(self.name, result)
+        if problem:
+            return failed(problem, result)
+        if not completed:
+            return failed("codex: the stream ended without turn.completed", result)
+        if text is None:
+            return AgentOutput(ok=True, summary="")
+        call = cli_call(self.name, request, text, None, self.flags(request, PROMPT_PLACEHOLDER))
+        return AgentOutput(ok=True, summary=text, model_calls=(call,))
+
+
+def _message(node: Any) -> str:
+    if isinstance(node, dict) and isinstance(node.get("message"), str):
+        return clip(node["message"])
+    return "no message"

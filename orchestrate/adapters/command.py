@@ -1,0 +1,65 @@
+"""The generic command adapter: any program, configured with an argv template.
+
+Each template element may hold the placeholders ``{prompt_file}``, ``{worktree}`` and
+``{model}``; they are replaced textually in one pass (a value holding ``{worktree}`` is not
+expanded again; other braces stay as they are). No shell is involved: each element is one
+argument, so nothing in a path or model name is ever interpreted. The prompt itself is passed
+by file only (``{prompt_file}``): it can be any size and never touches the command line.
+
+``{model}`` is the request's model, else ``default_model``, else the empty string.
+Output is plain text: the summary is the last 2 KB of stdout, success is exit status 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..model import ProcResult
+from .base import AdapterConfigError, AgentOutput, AgentRequest, failed, process_failure, tail
+
+PLACEHOLDERS = ("{prompt_file}", "{worktree}", "{model}")
+_PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
+
+
+@dataclass(frozen=True)
+class CommandAdapter:
+    """``template[0]`` is the program (``executable``), the rest its arguments."""
+
+    template: tuple[str, ...]
+    name: str = "command"
+    default_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.template, str) or not self.template:
+            raise AdapterConfigError(
+                "the command adapter needs a non-empty argv template (a list, not a string)"
+            )
+        if not all(isinstance(item, str) for item in self.template):
+            raise AdapterConfigError("every argv template element must be a string")
+        object.__setattr__(self, "template", tuple(self.template))
+
+    @classmethod
+    def from_template(
+        cls, template: Sequence[str], *, name: str = "command", default_model: str | None = None
+    ) -> CommandAdapter:
+        return cls(template=tuple(template), name=name, default_model=default_model)
+
+    @property
+    def executable(self) -> str:
+        return self.template[0]
+
+    def argv(self, request: AgentRequest) -> list[str]:
+        values = {
+            "{prompt_file}": str(request.prompt_file),
+            "{worktree}": str(request.worktree),
+            "{model}": request.model or self.default_model or "",
+        }
+        return [_PLACEHOLDER.sub(lambda m: values[m.group(0)], item) for item in self.template]
+
+    def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
+        problem = process_failure(self.name, result)
+        if problem:
+            return failed(problem, result)
+        return AgentOutput(ok=True, summary=tail(result.stdout))

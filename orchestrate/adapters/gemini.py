@@ -1,0 +1,106 @@
+"""Google Gemini CLI (``gemini``) in headless mode.
+
+Assumed CLI: @google/gemini-cli 0.6+ (``--output-format json`` and ``--approval-mode``).
+Invocation::
+
+    gemini --output-format json --approval-mode auto_edit [--model M] --prompt=<prompt>
+
+* ``--prompt``/``-p``: headless mode, answer and exit. The ``--prompt=<text>`` form keeps a
+  prompt that starts with ``-`` the option's value;
+* ``--output-format json``: one JSON object on stdout::
+
+      {"response": "<final text>",
+       "stats": {"models": {"<model>": {"api": {...}, "tokens": {"prompt": .., "candidates": ..,
+                                                               "total": .., ...}}},
+                 "tools": {...}, "files": {...}},
+       "error": {"type": "...", "message": "...", "code": ...}}      (only on failure)
+
+  On failure the error object may be printed on stderr instead; both are read. Exit status
+  0 success, 1 general/API error, 42 input error, 53 turn limit exceeded;
+* ``--approval-mode auto_edit``: edit tools run without confirmation (headless mode otherwise
+  leaves out tools that need one);
+* ``--model``/``-m``: the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import ProcResult
+from .base import (
+    PROMPT_PLACEHOLDER,
+    AgentOutput,
+    AgentRequest,
+    busiest_model,
+    cli_call,
+    clip,
+    decode,
+    failed,
+    hard_stop,
+    parse_json_document,
+    process_failure,
+)
+
+
+@dataclass(frozen=True)
+class GeminiAdapter:
+    name: str = "gemini"
+    executable: str = "gemini"
+    approval_mode: str = "auto_edit"
+
+    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+        flags = ["--output-format", "json", "--approval-mode", self.approval_mode]
+        if request.model:
+            flags += ["--model", request.model]
+        return [*flags, f"--prompt={prompt}"]
+
+    def argv(self, request: AgentRequest) -> list[str]:
+        return [self.executable, *self.flags(request, request.prompt)]
+
+    def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
+        stop = hard_stop(self.name, result)
+        if stop:
+            return failed(stop, result)
+        stdout = decode(result.stdout)
+        document, error = parse_json_document(stdout, "gemini")
+        if error is not None:
+            # A failure may be reported as a JSON error object on stderr instead.
+            fallback, _ = parse_json_document(decode(result.stderr), "gemini")
+            if isinstance(fallback, dict) and fallback.get("error") is not None:
+                document, error = fallback, None
+        if error is not None:
+            return failed(process_failure(self.name, result) or error, result)
+        if not isinstance(document, dict):
+            return failed("gemini: output is JSON but not an object", result)
+        if document.get("error") is not None:
+            return failed(f"gemini reported an error: {_error(document['error'])}", result)
+        text = document.get("response")
+        if not isinstance(text, str):
+            return failed("gemini: no text 'response' in the output", result)
+        problem = process_failure(self.name, result)
+        if problem:
+            return failed(problem, result)
+        call = cli_call(
+            self.name, request, text, _model(document, request.model),
+            self.flags(request, PROMPT_PLACEHOLDER),
+        )  # fmt: skip
+        return AgentOutput(ok=True, summary=text, model_calls=(call,))
+
+
+def _error(node: Any) -> str:
+    if isinstance(node, Mapping):
+        message = node.get("message")
+        parts = [str(node[key]) for key in ("type", "code") if node.get(key) is not None]
+        head = f"[{' '.join(parts)}] " if parts else ""
+        return head + (clip(message) if isinstance(message, str) else "no message")
+    return clip(str(node))
+
+
+def _model(document: dict[str, Any], requested: str | None) -> str | None:
+    stats = document.get("stats")
+    models = stats.get("models") if isinstance(stats, Mapping) else None
+    if isinstance(models, Mapping) and models:
+        return busiest_model(models, requested, ("tokens.total", "tokens.candidates"))
+    return None

@@ -1,0 +1,102 @@
+"""opencode (``opencode``), non-interactive ``run``.
+
+Assumed CLI: opencode 0.15+/1.x (``run --format json``). Invocation::
+
+    opencode run --format json [--model provider/model] -- <prompt>
+
+* ``run``: one message, then exit; ``--`` ends the options (the prompt is positional);
+* ``--format json``: JSONL events on stdout, each
+  ``{"type": ..., "timestamp": <ms>, "sessionID": "...", ...}``::
+
+      {"type": "step_start", "part": {"type": "step-start", ...}}
+      {"type": "text", "part": {"type": "text", "text": "...", ...}}
+      {"type": "tool_use", "part": {"type": "tool", "tool": "edit", "state": {...}}}
+      {"type": "step_finish", "part": {"type": "step-finish", "reason": "stop",
+                                       "tokens": {...}, "cost": 0}}
+      {"type": "error", "error": {"name": "...", "data": {"message": "..."}}}
+
+  The answer is the text of the last step that produced text. ``run`` may exit 0 after an
+  ``error`` event, so the events decide. The stream names no model: the requested one (or
+  ``unspecified``) is reported;
+* ``--model``/``-m``: ``provider/model``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import ProcResult
+from .base import (
+    PROMPT_PLACEHOLDER,
+    AgentOutput,
+    AgentRequest,
+    cli_call,
+    clip,
+    decode,
+    failed,
+    hard_stop,
+    parse_json_lines,
+    process_failure,
+)
+
+
+@dataclass(frozen=True)
+class OpencodeAdapter:
+    name: str = "opencode"
+    executable: str = "opencode"
+
+    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+        flags = ["run", "--format", "json"]
+        if request.model:
+            flags += ["--model", request.model]
+        return [*flags, "--", prompt]
+
+    def argv(self, request: AgentRequest) -> list[str]:
+        return [self.executable, *self.flags(request, request.prompt)]
+
+    def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
+        stop = hard_stop(self.name, result)
+        if stop:
+            return failed(stop, result)
+        events, error = parse_json_lines(decode(result.stdout), "opencode")
+        if error:
+            return failed(process_failure(self.name, result) or error, result)
+        if not events:
+            return failed(process_failure(self.name, result) or "opencode: no events", result)
+        step: list[str] = []
+        answer: str | None = None
+        for event in events:
+            kind = event.get("type")
+            if kind == "error":
+                return failed(f"opencode reported an error: {_error(event.get('error'))}", result)
+            part = event.get("part")
+            if kind == "step_start":
+                step = []
+            elif kind == "text":
+                if not (isinstance(part, Mapping) and isinstance(part.get("text"), str)):
+                    return failed("opencode: text event without part.text", result)
+                step.append(part["text"])
+            elif kind == "step_finish" and step:
+                answer = "".join(step)
+                step = []
+        if step:  # some versions end without the last step_finish
+            answer = "".join(step)
+        problem = process_failure(self.name, result)
+        if problem:
+            return failed(problem, result)
+        if answer is None:
+            return AgentOutput(ok=True, summary="")
+        call = cli_call(self.name, request, answer, None, self.flags(request, PROMPT_PLACEHOLDER))
+        return AgentOutput(ok=True, summary=answer, model_calls=(call,))
+
+
+def _error(node: Any) -> str:
+    if isinstance(node, Mapping):
+        data = node.get("data")
+        message = data.get("message") if isinstance(data, Mapping) else node.get("message")
+        name = node.get("name")
+        head = f"{name}: " if isinstance(name, str) else ""
+        return head + (clip(message) if isinstance(message, str) else "no message")
+    return clip(str(node)) if node is not None else "no details"

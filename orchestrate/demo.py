@@ -1,0 +1,167 @@
+"""``harness demo``: the main job end to end on an embedded default, offline, in seconds.
+
+A throw-away git repository with a small Python project, a plan of five tasks run by the
+deterministic scripted agent in real worktrees with real gates: two merge, one fails its gate,
+one is denied by the capability trifecta before any process starts, one depends on a merged
+task. Then ``bundle.tar`` is exported and verified by the standalone verifier (pinned to the
+demo key, HMAC chains checked).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.receipts.bundle import export_bundle
+from harness.receipts.keys import init_keys
+from harness.verify.bundle import verify_bundle
+from harness.verify.policy import TrustPolicy
+from harness.verify.report import Report
+
+from . import git
+from .capabilities import DEFAULT_MATRIX
+from .clock import LogicalClock
+from .plan import parse_plan
+from .runtime import RunSummary, Runtime
+
+PROJECT = {
+    "calc.py": "def add(a, b):\n    return a + b\n",
+    "tests/__init__.py": "",
+    "tests/test_calc.py": (
+        "import unittest\n\nimport calc\n\n\nclass CalcTest(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(calc.add(2, 3), 5)\n"
+    ),
+    "README.md": "# calc\n",
+}
+
+
+def _gate() -> dict[str, object]:
+    return {
+        "name": "unit-tests",
+        "command": [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
+        "timeout_s": 60,
+    }
+
+
+def demo_plan() -> dict[str, object]:
+    """The embedded plan (the same structure a plan.toml file parses to)."""
+    return {
+        "plan": {"name": "demo", "max_batch": 2, "settle_ticks": 2},
+        "task": [
+            {
+                "id": "add-mul",
+                "role": "coder",
+                "prompt": "Add calc.mul with a test.",
+                "priority": 10,
+                "scope": ["calc.py", "tests/**"],
+                "tools": ["edit"],
+                "gates": [_gate()],
+                "edits": [
+                    {
+                        "path": "calc.py",
+                        "content": PROJECT["calc.py"] + "\n\ndef mul(a, b):\n    return a * b\n",
+                    },
+                    {
+                        "path": "tests/test_mul.py",
+                        "content": "import unittest\n\nimport calc\n\n\nclass MulTest(unittest."
+                        "TestCase):\n    def test_mul(self):\n        self.assertEqual(calc.mul(2,"
+                        " 3), 6)\n",
+                    },
+                ],
+            },
+            {
+                "id": "docs",
+                "role": "writer",
+                "prompt": "Document the calculator.",
+                "priority": 5,
+                "scope": ["README.md", "docs/**"],
+                "tools": ["edit"],
+                "gates": [_gate()],
+                "edits": [
+                    {"path": "README.md", "content": "# calc\n\nadd(a, b), mul(a, b)\n"},
+                    {"path": "docs/usage.md", "content": "Import calc and call add or mul.\n"},
+                ],
+            },
+            {
+                "id": "break-add",
+                "prompt": "Refactor add (introduces a bug the gate catches).",
+                "role": "refactorer",
+                "priority": 3,
+                "scope": ["calc.py"],
+                "tools": ["edit"],
+                "gates": [_gate()],
+                "edits": [{"path": "calc.py", "content": "def add(a, b):\n    return a - b\n"}],
+            },
+            {
+                "id": "exfiltrate",
+                "role": "coder",
+                "prompt": "Read the secrets and post them to a web page.",
+                "priority": 20,
+                "scope": ["leak.txt"],
+                "tools": ["secrets", "web"],
+                "gates": [_gate()],
+                "edits": [{"path": "leak.txt", "content": "secrets\n"}],
+            },
+            {
+                "id": "changelog",
+                "role": "writer",
+                "prompt": "Add a changelog entry for mul.",
+                "priority": 1,
+                "depends": ["add-mul"],
+                "scope": ["CHANGELOG.md"],
+                "tools": ["edit"],
+                "gates": [_gate()],
+                "edits": [{"path": "CHANGELOG.md", "content": "- add calc.mul\n"}],
+            },
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    folder: Path
+    repo: Path
+    run_id: str
+    key_id: str
+    bundle: Path
+    summary: RunSummary
+    report: Report
+
+
+def make_repo(repo: Path) -> None:
+    git.init_repo(repo)
+    for name, content in PROJECT.items():
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+    (repo / ".gitignore").write_text(".harness/\n__pycache__/\n", encoding="utf-8")
+    git.commit_all(repo, "initial project", date="2026-01-01T00:00:00+00:00")
+
+
+def run_demo(folder: Path | None = None) -> DemoResult:
+    folder = Path(tempfile.mkdtemp(prefix="harness-demo-")) if folder is None else folder
+    folder = folder.absolute()
+    repo = folder / "repo"
+    make_repo(repo)
+    state = repo / ".harness"
+    keys = init_keys(state / "keys")
+    run_id = "demo-run"
+    summary = Runtime(
+        repo=repo,
+        plan=parse_plan(demo_plan()),
+        state_dir=state,
+        keys=keys,
+        run_id=run_id,
+        clock=LogicalClock(),
+        capabilities=DEFAULT_MATRIX,
+        git_date="2026-01-01T00:00:00+00:00",
+    ).run()
+    bundle = export_bundle(state, folder / "bundle.tar", keys).path
+    report = verify_bundle(
+        bundle,
+        pins=TrustPolicy(frozenset({keys.key_id}), "demo key"),
+        hmac_master=keys.hmac_master,
+    )
+    return DemoResult(folder, repo, run_id, keys.key_id, bundle, summary, report)

@@ -1,0 +1,124 @@
+"""Shared value types of the runtime: plans, tasks, batches, agent results.
+
+Plain frozen dataclasses so that the coordination functions (scheduler, capability and
+capsule checks) stay pure: same inputs, same decisions, no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from harness.verify.fsm import TaskState
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A quality gate: a real command run in the task's worktree; exit 0 passes."""
+
+    name: str
+    command: tuple[str, ...]
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A file edit the scripted agent applies (``content`` None deletes the file)."""
+
+    path: str
+    content: str | None
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a plan, as written by the operator."""
+
+    id: str
+    role: str
+    prompt: str
+    priority: int = 0
+    adapter: str = "scripted"
+    scope: tuple[str, ...] = ("**",)
+    """Globs (repository-relative, POSIX) the task may change."""
+    depends: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    gates: tuple[Gate, ...] = ()
+    edits: tuple[Edit, ...] = ()
+    """For the scripted adapter: the edits to make."""
+    timeout_s: float = 300.0
+    model: str | None = None
+    order: int = 0
+    """Position in the plan file (creation order), the scheduler's tie-breaker."""
+
+
+@dataclass(frozen=True)
+class CapsuleSpec:
+    """An intent capsule: the approved goal and what the run may do to reach it."""
+
+    goal: str
+    actions: tuple[str, ...] = ("edit",)
+    """Allowed action classes: edit, delete, gate, merge."""
+    scope: tuple[str, ...] = ("**",)
+    adapters: tuple[str, ...] = ()
+    """Allowed adapters (empty: any)."""
+    egress: tuple[str, ...] = ()
+    """Allowed external hosts (empty: none)."""
+    expires: str = "9999-12-31T23:59:59.999999Z"
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    tasks: tuple[TaskSpec, ...]
+    max_batch: int = 3
+    """Tasks per batch (1..3): tasks of one batch share one agent process and worktree."""
+    concurrency: Mapping[str, int] = field(default_factory=dict)
+    """Per role: how many batches of that role may be in flight at once (default 1)."""
+    capsule: CapsuleSpec | None = None
+    settle_ticks: int = 2
+    """Quiescent ticks (nothing runnable, nothing running) before the loop stops."""
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What the scheduler sees of a task in a snapshot."""
+
+    spec: TaskSpec
+    state: TaskState
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Tasks chosen to run together: one agent process, one worktree, one branch."""
+
+    id: str
+    role: str
+    adapter: str
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ProcResult:
+    """How a process ended (see harness.orchestrate.proc)."""
+
+    exit_code: int | None
+    """None when it was killed by a signal."""
+    signal: str | None
+    timed_out: bool
+    duration_ms: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool = False
+    """True when more than the stored ``stdout`` was written (the rest was drained, dropped)."""
+    stderr_truncated: bool = False
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """A model exchange an adapter reports (request and response text)."""
+
+    adapter: str
+    model: str
+    request: str
+    response: str
+    parameters: Mapping[str, object] = field(default_factory=dict)

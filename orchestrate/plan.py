@@ -1,0 +1,585 @@
+"""Plan files: the TOML document an operator writes to describe a run.
+
+Full specification: ``docs/spec/plan.md``; JSON Schema of the decoded document:
+``schemas/plan.schema.json``. ``load_plan`` reads a file, ``parse_plan`` checks an already
+decoded document; both return a ``Plan`` (``harness.orchestrate.model``) or raise ``PlanError``.
+Parsing is strict: anything not described here is an error, and the message names the key path
+(0-based array indices, e.g. ``task[1].gates[0].timout_s: unknown key``).
+
+Format (TOML 1.0, UTF-8)::
+
+    [plan]                      # required
+    name = "demo"               # required: [A-Za-z0-9][A-Za-z0-9._-]{0,127}
+    max_batch = 3               # tasks per batch, 1..3 (default 3)
+    settle_ticks = 2            # quiescent ticks before the loop stops, 1..1000 (default 2)
+
+    [plan.concurrency]          # optional: role -> batches of that role in flight at once,
+    coder = 2                   # 1..1000 (default 1); every key must be a role some task has
+
+    [capsule]                   # optional intent capsule (see harness.orchestrate.capsule)
+    goal = "..."                # required, non-empty
+    actions = ["edit", "delete", "gate", "merge"]  # allowed action classes (default ["edit"])
+    scope = ["src/**", "tests/**"]                 # globs the run may change (default ["**"])
+    adapters = ["scripted"]     # allowed adapters (default []: any adapter)
+    egress = []                 # allowed external hosts, lower-case names (default []: none)
+    expires = "2027-01-01T00:00:00.000000Z"  # a quoted string, YYYY-MM-DDTHH:MM:SS.ffffffZ (UTC)
+
+    [[task]]                    # zero or more; order in the file = creation order (``order``)
+    id = "t1"                   # required: [a-z0-9][a-z0-9_-]{0,63}, unique in the plan
+    role = "coder"              # required: a name
+    prompt = "..."              # required, non-empty
+    priority = 10               # integer within +-(2^53-1), higher runs first (default 0)
+    adapter = "scripted"        # a name (default "scripted")
+    scope = ["src/**"]          # globs the task may change (default ["**"]; [] = nothing)
+    depends = []                # ids of tasks that must be DONE first (default [])
+    tools = ["edit"]            # tool names, or "mcp:<server>" (default [])
+    timeout_s = 60              # wall-clock limit in seconds, > 0 (default 300)
+    model = "scripted-model"    # optional, non-empty
+
+    [[task.gates]]              # zero or more quality gates, run in this order
+    name = "tests"              # required: a name, unique within the task
+    command = ["python", "-m", "pytest", "-q"]     # required, non-empty argv
+    timeout_s = 120             # > 0 (default 120)
+
+    [[task.edits]]              # zero or more (scripted adapter): one per path
+    path = "src/app.py"         # required: normalized relative POSIX path inside the task scope
+    content = "..."             # the new file text; omit it (or set delete = true) to delete
+    delete = false              # optional; true together with content is an error
+
+A *name* (role, adapter, tool, MCP server, gate) matches ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``.
+Lists of names, ids, globs, hosts and actions must not repeat an entry. Integers are TOML
+integers (booleans are not integers); timeouts may be integers or floats, finite and > 0.
+
+Whole-plan rules: task ids unique; every ``depends`` entry names a task of the plan; no
+dependency cycle (a task depending on itself is a cycle; the error names the cycle as
+``a -> b -> a``, starting at the task that comes first in the file); every edit path inside
+its task's scope; every ``[plan.concurrency]`` key is the role of at least one task.
+
+Globs (task and capsule scopes) are repository-relative POSIX patterns, matched against whole
+normalized paths, case-sensitively: ``*`` matches any run of characters within one segment
+(a leading dot included), ``?`` one character within a segment, and a segment that is exactly
+``**`` matches any number of whole segments (zero or more; as the last segment, one or more,
+so ``src/**`` matches ``src/a/b.py`` but not ``src`` itself). Everything else is literal
+(``[`` included). A glob must not be empty, absolute (leading ``/``), contain ``\\``, a control
+character, an empty segment (``a//b``, trailing ``/``), a ``.`` or ``..`` segment, or ``**``
+inside a longer segment (``a**``). Paths (edits, actions) follow the same rules without the
+wildcard meaning, and must not have a ``.git`` segment (any case).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Final
+
+from harness.verify.records import TIME_RE
+
+from .model import CapsuleSpec, Edit, Gate, Plan, TaskSpec
+
+MAX_BATCH_LIMIT: Final = 3
+SAFE_INT: Final = 2**53 - 1
+TASK_ID_RE: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+PLAN_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+HOST_RE: Final = re.compile(
+    r"(?=.{1,253}\Z)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*"
+)
+CAPSULE_ACTIONS: Final = ("edit", "delete", "gate", "merge")
+"""Action classes a capsule may allow (egress is governed by the capsule's host list)."""
+MCP_PREFIX: Final = "mcp:"
+_CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
+_BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+_TOP_KEYS: Final = ("plan", "capsule", "task")
+_PLAN_KEYS: Final = ("name", "max_batch", "settle_ticks", "concurrency")
+_CAPSULE_KEYS: Final = ("goal", "actions", "scope", "adapters", "egress", "expires")
+_TASK_KEYS: Final = (
+    "id",
+    "role",
+    "prompt",
+    "priority",
+    "adapter",
+    "scope",
+    "depends",
+    "tools",
+    "timeout_s",
+    "model",
+    "gates",
+    "edits",
+)
+_GATE_KEYS: Final = ("name", "command", "timeout_s")
+_EDIT_KEYS: Final = ("path", "content", "delete")
+
+
+class PlanError(ValueError):
+    """A plan is not valid. ``key`` is the key path (``""`` for the whole document)."""
+
+    def __init__(self, key: str, message: str, *, source: str | None = None) -> None:
+        self.key = key
+        self.message = message
+        self.source = source
+        where = ": ".join(part for part in (source, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Globs and paths (shared with harness.orchestrate.capsule)
+
+
+def check_glob(glob: str) -> str | None:
+    """Why ``glob`` is not an acceptable scope glob, or None if it is."""
+    if not glob:
+        return "glob is empty"
+    if glob.startswith("/"):
+        return "glob is absolute (starts with '/')"
+    if "\\" in glob:
+        return "glob contains a backslash"
+    if _CONTROL_RE.search(glob):
+        return "glob contains a control character"
+    for segment in glob.split("/"):
+        if segment == "":
+            return "glob has an empty segment"
+        if segment in {".", ".."}:
+            return f"glob has a {segment!r} segment"
+        if "**" in segment and segment != "**":
+            return "'**' must be a whole path segment"
+    return None
+
+
+def check_rel_path(path: str) -> str | None:
+    """Why ``path`` is not a normalized repository-relative POSIX path, or None if it is."""
+    if not path:
+        return "path is empty"
+    if path.startswith("/"):
+        return "path is absolute (starts with '/')"
+    if "\\" in path:
+        return "path contains a backslash"
+    if _CONTROL_RE.search(path):
+        return "path contains a control character"
+    for segment in path.split("/"):
+        if segment == "":
+            return "path has an empty segment"
+        if segment in {".", ".."}:
+            return f"path has a {segment!r} segment"
+        if segment.lower() == ".git":
+            return "path is inside .git"
+    return None
+
+
+def _segment_regex(segment: str) -> str:
+    out = []
+    for ch in segment:
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        else:
+            out.append(re.escape(ch))
+    return "".join(out)
+
+
+@lru_cache(maxsize=4096)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    problem = check_glob(glob)
+    if problem is not None:
+        raise ValueError(f"bad glob {glob!r}: {problem}")
+    parts = glob.split("/")
+    last = len(parts) - 1
+    pieces = []
+    for i, segment in enumerate(parts):
+        if segment == "**":
+            pieces.append("[^/]+(?:/[^/]+)*" if i == last else "(?:[^/]+/)*")
+        else:
+            pieces.append(_segment_regex(segment) + ("" if i == last else "/"))
+    return re.compile("".join(pieces))
+
+
+def glob_match(glob: str, path: str) -> bool:
+    """Whether the whole of ``path`` matches ``glob`` (semantics in the module docstring).
+
+    ``glob`` must be valid (``check_glob``), else ValueError; ``path`` is matched as given, so
+    check it with ``check_rel_path`` first where it is untrusted.
+    """
+    return _glob_regex(glob).fullmatch(path) is not None
+
+
+def in_scope(path: str, scope: Iterable[str]) -> bool:
+    """Whether ``path`` matches at least one glob of ``scope`` (an empty scope holds nothing)."""
+    return any(glob_match(glob, path) for glob in scope)
+
+
+def check_time(value: str) -> str | None:
+    """Why ``value`` is not a valid ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` UTC time, or None."""
+    if not TIME_RE.fullmatch(value):
+        return "time must be YYYY-MM-DDTHH:MM:SS.ffffffZ (UTC, six fractional digits)"
+    try:
+        datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")  # calendar check only
+    except ValueError:
+        return "time is not a valid calendar date and time"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Typed readers
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "table"
+    if isinstance(value, list | tuple):
+        return "array"
+    return "datetime (quote it)" if hasattr(value, "isoformat") else type(value).__name__
+
+
+def _join(path: str, key: str) -> str:
+    name = key if _BARE_KEY_RE.fullmatch(key) else '"' + key.replace('"', '\\"') + '"'
+    return f"{path}.{name}" if path else name
+
+
+def _table(value: object, key: str, keys: Sequence[str], required: Sequence[str] = ()) -> Any:
+    if not isinstance(value, Mapping):
+        raise PlanError(key, f"must be a table, got {_kind(value)}")
+    for name in value:
+        if name not in keys:
+            raise PlanError(_join(key, str(name)), f"unknown key (allowed: {', '.join(keys)})")
+    for name in required:
+        if name not in value:
+            raise PlanError(_join(key, name), "required key is missing")
+    return value
+
+
+def _str(value: object, key: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
+    if not isinstance(value, str):
+        raise PlanError(key, f"must be a string, got {_kind(value)}")
+    if pattern is not None and not pattern.fullmatch(value):
+        raise PlanError(key, f"{value!r} is not a valid {what} (must match {pattern.pattern})")
+    if pattern is None and not value:
+        raise PlanError(key, "must not be empty")
+    return value
+
+
+def _int(value: object, key: str, low: int, high: int) -> int:
+    if type(value) is not int:
+        raise PlanError(key, f"must be an integer, got {_kind(value)}")
+    if not low <= value <= high:
+        raise PlanError(key, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _timeout(value: object, key: str) -> float:
+    if type(value) not in (int, float):
+        raise PlanError(key, f"must be a number of seconds, got {_kind(value)}")
+    seconds = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise PlanError(key, f"must be a finite number > 0, got {value}")
+    return seconds
+
+
+def _list(value: object, key: str) -> Sequence[Any]:
+    if not isinstance(value, list | tuple):
+        raise PlanError(key, f"must be an array, got {_kind(value)}")
+    return value
+
+
+def _unique_strs(value: object, key: str, check: Any) -> tuple[str, ...]:
+    """An array of strings, each passed through ``check(item, item_key)``, no repeats."""
+    items = _list(value, key)
+    out: list[str] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        item_key = f"{key}[{i}]"
+        text = check(item, item_key)
+        if text in seen:
+            raise PlanError(item_key, f"{text!r} repeats {key}[{seen[text]}]")
+        seen[text] = i
+        out.append(text)
+    return tuple(out)
+
+
+def _name(item: object, key: str) -> str:
+    return _str(item, key, NAME_RE, "name")
+
+
+def _task_id(item: object, key: str) -> str:
+    return _str(item, key, TASK_ID_RE, "task id")
+
+
+def _glob(item: object, key: str) -> str:
+    text = _str(item, key)
+    problem = check_glob(text)
+    if problem is not None:
+        raise PlanError(key, f"bad glob {text!r}: {problem}")
+    return text
+
+
+def _tool(item: object, key: str) -> str:
+    text = _str(item, key)
+    name = text.removeprefix(MCP_PREFIX)
+    if not NAME_RE.fullmatch(name):
+        raise PlanError(
+            key, f"{text!r} is not a valid tool (a name or mcp:<name>, name {NAME_RE.pattern})"
+        )
+    return text
+
+
+def _host(item: object, key: str) -> str:
+    return _str(item, key, HOST_RE, "host name (lower-case DNS name)")
+
+
+def _action(item: object, key: str) -> str:
+    text = _str(item, key)
+    if text not in CAPSULE_ACTIONS:
+        raise PlanError(
+            key, f"unknown action class {text!r} (allowed: {', '.join(CAPSULE_ACTIONS)})"
+        )
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+
+def _parse_gate(value: object, key: str) -> Gate:
+    table = _table(value, key, _GATE_KEYS, ("name", "command"))
+    name = _name(table["name"], _join(key, "name"))
+    argv_key = _join(key, "command")
+    argv = _list(table["command"], argv_key)
+    if not argv:
+        raise PlanError(argv_key, "must not be empty")
+    command = tuple(_str(arg, f"{argv_key}[{i}]") for i, arg in enumerate(argv))
+    timeout = 120.0
+    if "timeout_s" in table:
+        timeout = _timeout(table["timeout_s"], _join(key, "timeout_s"))
+    return Gate(name=name, command=command, timeout_s=timeout)
+
+
+def _parse_edit(value: object, key: str, scope: tuple[str, ...]) -> Edit:
+    table = _table(value, key, _EDIT_KEYS, ("path",))
+    path_key = _join(key, "path")
+    path = _str(table["path"], path_key)
+    problem = check_rel_path(path)
+    if problem is not None:
+        raise PlanError(path_key, f"bad path {path!r}: {problem}")
+    if not in_scope(path, scope):
+        raise PlanError(
+            path_key, f"{path!r} is outside the task scope ({', '.join(scope) or 'empty'})"
+        )
+    content: str | None = None
+    if "content" in table:
+        content = table["content"]
+        if not isinstance(content, str):
+            raise PlanError(_join(key, "content"), f"must be a string, got {_kind(content)}")
+    if "delete" in table:
+        delete = table["delete"]
+        delete_key = _join(key, "delete")
+        if type(delete) is not bool:
+            raise PlanError(delete_key, f"must be a boolean, got {_kind(delete)}")
+        if delete and content is not None:
+            raise PlanError(delete_key, "delete = true and content cannot both be given")
+        if not delete and content is None:
+            raise PlanError(delete_key, "delete = false needs content")
+    return Edit(path=path, content=content)
+
+
+def _parse_task(value: object, key: str, order: int) -> TaskSpec:
+    table = _table(value, key, _TASK_KEYS, ("id", "role", "prompt"))
+
+    def sub(name: str) -> str:
+        return _join(key, name)
+
+    task_id = _task_id(table["id"], sub("id"))
+    role = _name(table["role"], sub("role"))
+    prompt = _str(table["prompt"], sub("prompt"))
+    priority = _int(table.get("priority", 0), sub("priority"), -SAFE_INT, SAFE_INT)
+    adapter = _name(table.get("adapter", "scripted"), sub("adapter"))
+    scope = _unique_strs(table.get("scope", ["**"]), sub("scope"), _glob)
+    depends = _unique_strs(table.get("depends", []), sub("depends"), _task_id)
+    tools = _unique_strs(table.get("tools", []), sub("tools"), _tool)
+    timeout = _timeout(table.get("timeout_s", 300.0), sub("timeout_s"))
+    model = _str(table["model"], sub("model")) if "model" in table else None
+
+    gates_key = sub("gates")
+    gates = tuple(
+        _parse_gate(item, f"{gates_key}[{i}]")
+        for i, item in enumerate(_list(table.get("gates", []), gates_key))
+    )
+    seen_gates: dict[str, int] = {}
+    for i, gate in enumerate(gates):
+        if gate.name in seen_gates:
+            raise PlanError(
+                f"{gates_key}[{i}].name",
+                f"gate name {gate.name!r} repeats {gates_key}[{seen_gates[gate.name]}]",
+            )
+        seen_gates[gate.name] = i
+
+    edits_key = sub("edits")
+    edits = tuple(
+        _parse_edit(item, f"{edits_key}[{i}]", scope)
+        for i, item in enumerate(_list(table.get("edits", []), edits_key))
+    )
+    seen_paths: dict[str, int] = {}
+    for i, edit in enumerate(edits):
+        if edit.path in seen_paths:
+            raise PlanError(
+                f"{edits_key}[{i}].path",
+                f"path {edit.path!r} repeats {edits_key}[{seen_paths[edit.path]}]",
+            )
+        seen_paths[edit.path] = i
+
+    return TaskSpec(
+        id=task_id,
+        role=role,
+        prompt=prompt,
+        priority=priority,
+        adapter=adapter,
+        scope=scope,
+        depends=depends,
+        tools=tools,
+        gates=gates,
+        edits=edits,
+        timeout_s=timeout,
+        model=model,
+        order=order,
+    )
+
+
+def _parse_capsule(value: object) -> CapsuleSpec:
+    key = "capsule"
+    table = _table(value, key, _CAPSULE_KEYS, ("goal",))
+    goal = _str(table["goal"], "capsule.goal")
+    defaults = CapsuleSpec(goal=goal)
+    expires = defaults.expires
+    if "expires" in table:
+        expires = _str(table["expires"], "capsule.expires")
+        problem = check_time(expires)
+        if problem is not None:
+            raise PlanError("capsule.expires", f"{expires!r}: {problem}")
+    return CapsuleSpec(
+        goal=goal,
+        actions=_unique_strs(
+            table.get("actions", list(defaults.actions)), "capsule.actions", _action
+        ),
+        scope=_unique_strs(table.get("scope", list(defaults.scope)), "capsule.scope", _glob),
+        adapters=_unique_strs(table.get("adapters", []), "capsule.adapters", _name),
+        egress=_unique_strs(table.get("egress", []), "capsule.egress", _host),
+        expires=expires,
+    )
+
+
+def _find_cycle(tasks: Sequence[TaskSpec]) -> list[str] | None:
+    """A dependency cycle (first node repeated at the end), or None. Iterative DFS."""
+    deps = {task.id: task.depends for task in tasks}
+    order = {task.id: task.order for task in tasks}
+    color: dict[str, int] = {}  # absent: unvisited, 1: on the stack, 2: finished
+    for task in tasks:
+        if task.id in color:
+            continue
+        stack: list[tuple[str, int]] = [(task.id, 0)]
+        color[task.id] = 1
+        while stack:
+            node, index = stack[-1]
+            children = deps[node]
+            if index == len(children):
+                stack.pop()
+                color[node] = 2
+                continue
+            stack[-1] = (node, index + 1)
+            child = children[index]
+            state = color.get(child)
+            if state is None:
+                color[child] = 1
+                stack.append((child, 0))
+            elif state == 1:
+                path = [name for name, _ in stack]
+                cycle = path[path.index(child) :]
+                start = min(range(len(cycle)), key=lambda i: order[cycle[i]])
+                cycle = cycle[start:] + cycle[:start]
+                return [*cycle, cycle[0]]
+    return None
+
+
+def parse_plan(data: Mapping[str, Any]) -> Plan:
+    """Check a decoded plan document (see the module docstring) and build the ``Plan``."""
+    root = _table(data, "", _TOP_KEYS, ("plan",))
+    head = _table(root["plan"], "plan", _PLAN_KEYS, ("name",))
+    name = _str(head["name"], "plan.name", PLAN_NAME_RE, "plan name")
+    max_batch = _int(head.get("max_batch", 3), "plan.max_batch", 1, MAX_BATCH_LIMIT)
+    settle_ticks = _int(head.get("settle_ticks", 2), "plan.settle_ticks", 1, 1000)
+    concurrency: dict[str, int] = {}
+    if "concurrency" in head:
+        limits = head["concurrency"]
+        if not isinstance(limits, Mapping):
+            raise PlanError("plan.concurrency", f"must be a table, got {_kind(limits)}")
+        for role, limit in limits.items():
+            role_key = _join("plan.concurrency", str(role))
+            if not NAME_RE.fullmatch(str(role)):
+                raise PlanError(role_key, f"{role!r} is not a valid role name")
+            concurrency[str(role)] = _int(limit, role_key, 1, 1000)
+
+    capsule = _parse_capsule(root["capsule"]) if "capsule" in root else None
+
+    task_items = root.get("task", [])
+    if not isinstance(task_items, list | tuple):
+        raise PlanError("task", f"must be an array of tables ([[task]]), got {_kind(task_items)}")
+    tasks = tuple(_parse_task(item, f"task[{i}]", i) for i, item in enumerate(task_items))
+
+    first_index: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        if task.id in first_index:
+            raise PlanError(
+                f"task[{i}].id",
+                f"duplicate task id {task.id!r} (first at task[{first_index[task.id]}])",
+            )
+        first_index[task.id] = i
+    for i, task in enumerate(tasks):
+        for j, dep in enumerate(task.depends):
+            if dep not in first_index:
+                raise PlanError(f"task[{i}].depends[{j}]", f"unknown task id {dep!r}")
+    cycle = _find_cycle(tasks)
+    if cycle is not None:
+        raise PlanError(
+            f"task[{first_index[cycle[0]]}].depends", f"dependency cycle: {' -> '.join(cycle)}"
+        )
+    roles = {task.role for task in tasks}
+    for role in concurrency:
+        if role not in roles:
+            raise PlanError(_join("plan.concurrency", role), f"no task has role {role!r}")
+
+    return Plan(
+        name=name,
+        tasks=tasks,
+        max_batch=max_batch,
+        concurrency=dict(sorted(concurrency.items())),
+        capsule=capsule,
+        settle_ticks=settle_ticks,
+    )
+
+
+def load_plan(path: Path) -> Plan:
+    """Read and check a plan file; every error is a ``PlanError`` naming the file."""
+    source = str(path)
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PlanError("", f"not valid UTF-8 at byte {exc.start}", source=source) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError("", f"invalid TOML: {exc}", source=source) from None
+    try:
+        return parse_plan(data)
+    except PlanError as exc:
+        raise PlanError(exc.key, exc.message, source=source) from None

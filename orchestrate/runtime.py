@@ -1,0 +1,481 @@
+"""The deterministic tick loop: plan in, agents in worktrees, gates, merges, evidence out.
+
+No model call and no randomness in coordination: each tick takes a snapshot of task states and
+asks pure functions (scheduler, capability matrix, capsule) what to do. Batches run one after
+the other in this single-threaded loop (so per-role concurrency never exceeds 1 in flight; the
+limits still shape which batches are chosen). Every decision is an audit record, every file an
+agent changes a lineage record computed from the worktree's git diff after the agent exits
+(the one write boundary: an agent writing files directly cannot bypass it), every model call a
+replay record.
+
+Crash safety: task states are not kept anywhere but in the audit store. On start, an existing
+run is resumed by replaying its ``task.transition`` records; tasks caught mid-flight are
+released (claimed -> open) or failed (in_progress/gating -> failed), with the reason recorded,
+so nothing is duplicated and nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.receipts.keys import OperatorKeys
+from harness.receipts.run import RunRecorder, run_dir
+from harness.verify.canonical import parse_canonical
+from harness.verify.fsm import TaskState, is_legal
+from harness.verify.records import parse_record_line
+
+from . import git
+from .adapters import get_adapter
+from .adapters.base import AgentRequest
+from .capabilities import CapabilityMatrix, check_task
+from .capsule import capsule_digest, conformance, pre_spawn_violations
+from .gates import run_gates
+from .model import Batch, Plan, TaskSpec, TaskView
+from .plan import in_scope
+from .proc import run_process
+from .replay import Journal, call_key
+from .scheduler import choose_batches, is_quiescent, promotions
+from .scripted_agent import write_scripted_workfile
+
+S = TaskState
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    states: dict[str, TaskState]
+    batches: int
+    merged: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+
+class Runtime:
+    """Runs one plan as one run; ``run()`` returns when the run is quiescent or stopped."""
+
+    def __init__(
+        self,
+        *,
+        repo: Path,
+        plan: Plan,
+        state_dir: Path,
+        keys: OperatorKeys,
+        run_id: str,
+        clock: Callable[[], str],
+        capabilities: CapabilityMatrix,
+        journal: Journal | None = None,
+        grace_s: float = 2.0,
+        git_date: str | None = None,
+    ) -> None:
+        self.repo = repo
+        self.plan = plan
+        self.specs = {task.id: task for task in plan.tasks}
+        self.state_dir = state_dir
+        self.keys = keys
+        self.run_id = run_id
+        self.clock = clock
+        self.capabilities = capabilities
+        self.journal = journal
+        self.grace_s = grace_s
+        self.git_date = git_date
+        self.folder = run_dir(state_dir, run_id)
+        self.work = self.folder / "work"
+        self.recorder = RunRecorder(state_dir, run_id, keys, clock=clock)
+        self.states: dict[str, TaskState] = {}
+        self.batch_number = 1
+        self.step = 0
+        self.control_seen = 0
+        self.merged: list[str] = []
+
+    # ---- records --------------------------------------------------------------------------
+    def audit(self, kind: str, body: Mapping[str, Any]) -> None:
+        self.recorder.record("audit", kind, body)
+
+    def move(self, task: str, target: TaskState, reason: str) -> bool:
+        """Apply a transition if legal; an illegal one is refused and recorded, not applied."""
+        current = self.states[task]
+        if not is_legal(current, target):
+            self.audit(
+                "task.refused",
+                {"task": task, "from": current.value, "to": target.value, "reason": reason},
+            )
+            return False
+        self.audit(
+            "task.transition",
+            {"task": task, "from": current.value, "to": target.value, "reason": reason},
+        )
+        self.states[task] = target
+        return True
+
+    # ---- start / resume -------------------------------------------------------------------
+    def _resume(self) -> bool:
+        """Rebuild states from an existing audit store; returns True when resuming."""
+        path = self.folder / "audit.jsonl"
+        if not path.exists() or path.stat().st_size == 0:
+            return False
+        self.recorder.store("audit")  # opening recovers a torn tail first
+        for line in path.read_bytes().splitlines():
+            record = parse_record_line(line, "audit", self.run_id)
+            body = record.body
+            if record.kind == "task.planned":
+                self.states[str(body["task"])] = S.PLANNED
+            elif record.kind == "task.transition":
+                self.states[str(body["task"])] = S(str(body["to"]))
+            elif record.kind == "agent.spawn":
+                self.batch_number += 1
+        lineage = self.folder / "lineage.jsonl"
+        if lineage.exists():
+            self.step = len(lineage.read_bytes().splitlines())
+        for task, state in sorted(self.states.items()):
+            if state is S.CLAIMED:
+                self.move(task, S.OPEN, "resumed after a runtime crash: batch never started")
+            elif state in (S.IN_PROGRESS, S.GATING):
+                self.move(task, S.FAILED, "resumed after a runtime crash during its batch")
+        if self.work.exists():
+            for leftover in sorted(self.work.iterdir()):
+                git.remove_worktree(self.repo, leftover, force=True)
+        return True
+
+    def _start(self) -> None:
+        self.audit("run.start", {"plan": self.plan.name, "producer": f"harness {__version__}"})
+        if self.plan.capsule is not None:
+            self.audit(
+                "capsule.approved",
+                {
+                    "capsule": capsule_digest(self.plan.capsule),
+                    "goal": self.plan.capsule.goal,
+                    "expires": self.plan.capsule.expires,
+                },
+            )
+        for task in sorted(self.plan.tasks, key=lambda t: t.order):
+            self.audit(
+                "task.planned",
+                {
+                    "task": task.id,
+                    "role": task.role,
+                    "priority": task.priority,
+                    "depends": list(task.depends),
+                    "adapter": task.adapter,
+                    "tools": list(task.tools),
+                },
+            )
+            self.states[task.id] = S.PLANNED
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        try:
+            if not self._resume():
+                self._start()
+            quiet = 0
+            stopped = False
+            while True:
+                if self._stop_requested():
+                    stopped = True
+                    for task, state in sorted(self.states.items()):
+                        if state in (S.PLANNED, S.OPEN, S.BLOCKED, S.CLAIMED):
+                            self.move(task, S.CANCELLED, "operator stop")
+                    break
+                self._promote()
+                views = [TaskView(self.specs[t], s) for t, s in self.states.items()]
+                batches = choose_batches(
+                    views, in_flight={}, plan=self.plan, next_batch_number=self.batch_number
+                )
+                if not batches:
+                    if is_quiescent(views, {}):
+                        quiet += 1
+                        if quiet >= self.plan.settle_ticks:
+                            break
+                    continue
+                quiet = 0
+                for batch in batches:
+                    self.batch_number += 1
+                    self._run_batch(batch)
+            outcome = "stopped" if stopped else "completed"
+            self.audit("run.end", {"outcome": outcome})
+            self.recorder.checkpoint_all()
+            return RunSummary(
+                self.run_id, dict(self.states), self.batch_number - 1, self.merged, stopped
+            )
+        finally:
+            self.recorder.close()
+
+    def _promote(self) -> None:
+        for task_id, state in sorted(self.states.items()):
+            if state is not S.PLANNED:
+                continue
+            denial = check_task(self.specs[task_id], self.capabilities)
+            if denial is not None:
+                self.audit(
+                    "capability.denied",
+                    {
+                        "task": task_id,
+                        "tools": list(denial.tools),
+                        "tags": list(denial.tags),
+                        "reason": denial.reason,
+                    },
+                )
+                self.move(task_id, S.DENIED, denial.reason)
+                continue
+            if self.plan.capsule is not None:
+                problems = pre_spawn_violations(
+                    self.plan.capsule, self.clock(), self.specs[task_id]
+                )
+                if problems:
+                    self._capsule_check(task_id, problems)
+                    self.move(task_id, S.DENIED, "intent capsule: " + "; ".join(problems))
+        views = [TaskView(self.specs[t], s) for t, s in self.states.items()]
+        for task_id, target, reason in promotions(views):
+            self.move(task_id, target, reason)
+
+    def _capsule_check(self, task: str, violations: Sequence[str]) -> None:
+        assert self.plan.capsule is not None
+        self.audit(
+            "capsule.check",
+            {
+                "task": task,
+                "capsule": capsule_digest(self.plan.capsule),
+                "conforms": not violations,
+                "violations": list(violations),
+            },
+        )
+
+    def _stop_requested(self) -> bool:
+        path = self.folder / "control.jsonl"
+        if not path.exists():
+            return False
+        lines = path.read_bytes().splitlines()
+        new, self.control_seen = lines[self.control_seen :], len(lines)
+        for line in new:
+            record = parse_record_line(line, "control", self.run_id)
+            if record.kind == "command" and record.body["command"] == "stop":
+                return True
+        return False
+
+    # ---- one batch ------------------------------------------------------------------------
+    def _run_batch(self, batch: Batch) -> None:
+        tasks = [self.specs[t] for t in batch.tasks]
+        for task in tasks:
+            self.move(task.id, S.CLAIMED, f"batch {batch.id}")
+        base = git.head(self.repo)
+        branch = f"harness/{self.run_id}/{batch.id}"
+        worktree = self.work / batch.id
+        self.work.mkdir(parents=True, exist_ok=True)
+        git.add_worktree(self.repo, worktree, branch, base)
+        try:
+            self._agent_and_merge(batch, tasks, worktree, branch, base)
+        finally:
+            git.remove_worktree(self.repo, worktree, force=True)
+
+    def _agent_and_merge(
+        self, batch: Batch, tasks: list[TaskSpec], worktree: Path, branch: str, base: str
+    ) -> None:
+        adapter = get_adapter(batch.adapter)
+        scratch = self.folder / "batches" / batch.id
+        scratch.mkdir(parents=True, exist_ok=True)
+        prompt = "\n\n".join(f"[{task.id}] {task.prompt}" for task in tasks)
+        request = AgentRequest(
+            batch=batch,
+            tasks=tuple(tasks),
+            worktree=worktree,
+            prompt=prompt,
+            prompt_file=scratch / "prompt.txt",
+            model=tasks[0].model,
+            journal_file=self.journal.path if self.journal is not None else None,
+            workfile=scratch / "work.json",
+        )
+        request.prompt_file.write_text(prompt, encoding="utf-8")
+        if batch.adapter == "scripted":
+            write_scripted_workfile(request, request.workfile)
+        timeout_s = max(task.timeout_s for task in tasks)
+        self.audit(
+            "agent.spawn",
+            {
+                "batch": batch.id,
+                "tasks": [task.id for task in tasks],
+                "adapter": batch.adapter,
+                "branch": branch,
+                "worktree": str(worktree),
+                "timeout_ms": int(timeout_s * 1000),
+            },
+        )
+        for task in tasks:
+            self.move(task.id, S.IN_PROGRESS, f"agent for {batch.id} started")
+        result = run_process(
+            adapter.argv(request), cwd=worktree, timeout_s=timeout_s, grace_s=self.grace_s
+        )
+        self.audit(
+            "agent.exit",
+            {
+                "batch": batch.id,
+                "exit_code": result.exit_code,
+                "signal": result.signal,
+                "timed_out": result.timed_out,
+                "duration_ms": result.duration_ms,
+            },
+        )
+        output = adapter.parse(request, result)
+        for call in output.model_calls:
+            key = call_key(call.adapter, call.model, call.request, call.parameters)
+            self.recorder.record(
+                "replay",
+                "model.call",
+                {
+                    "adapter": call.adapter,
+                    "key": key,
+                    "model": call.model,
+                    "request_sha256": _sha(call.request),
+                    "response_sha256": _sha(call.response),
+                },
+            )
+        head = git.commit_all(worktree, f"{batch.id}: {', '.join(t.id for t in tasks)}",
+                              date=self.git_date)  # fmt: skip
+        changes = git.changed_files(self.repo, base, head) if head else []
+        model = next((c.model for c in output.model_calls), tasks[0].model)
+        owners = self._record_lineage(tasks, changes, batch.adapter, model)
+        if not output.ok or result.timed_out or result.exit_code != 0:
+            why = output.error or ("timed out" if result.timed_out else f"exit {result.exit_code}")
+            for task in tasks:
+                self.move(task.id, S.FAILED, f"agent failed: {why}")
+            return
+        problems = self._conformance(tasks, changes, owners)
+        for task in tasks:
+            self.move(task.id, S.GATING, "agent finished")
+        if problems:
+            for task in tasks:
+                self.move(task.id, S.FAILED, "out of scope or capsule drift: " + problems[0])
+            return
+        passed = True
+        for task in tasks:
+            for gate in run_gates(task.gates, worktree):
+                self.audit(
+                    "gate.result",
+                    {
+                        "task": task.id,
+                        "gate": gate.name,
+                        "passed": gate.passed,
+                        "exit_code": gate.exit_code,
+                        "duration_ms": gate.duration_ms,
+                    },
+                )
+                passed = passed and gate.passed
+            if not task.gates:
+                passed = False
+        if not passed:
+            for task in tasks:
+                self.move(task.id, S.FAILED, "a quality gate failed (or the task has none)")
+            return
+        self._merge(tasks, branch, head)
+
+    def _merge(self, tasks: list[TaskSpec], branch: str, head: str | None) -> None:
+        target = git.current_branch(self.repo) or git.head(self.repo)  # detached: merge on HEAD
+        check = git.merge_check(self.repo, target, branch)
+        commit: str | None = None
+        reason = "clean"
+        if not check.clean:
+            reason = "merge conflict in " + ", ".join(check.conflicts)
+        elif head is not None:
+            commit = git.merge(self.repo, branch, f"merge {branch}", date=self.git_date)
+        for task in tasks:
+            self.audit(
+                "merge.result",
+                {
+                    "task": task.id,
+                    "branch": branch,
+                    "merged": commit is not None or (check.clean and head is None),
+                    "commit": commit,
+                    "reason": reason if head is not None or not check.clean else "no changes",
+                },
+            )
+            if check.clean:
+                self.move(task.id, S.DONE, "gates passed and merged")
+                self.merged.append(task.id)
+            else:
+                self.move(task.id, S.FAILED, reason)
+
+    def _record_lineage(
+        self, tasks: list[TaskSpec], changes: Sequence[git.Change], actor: str, model: str | None
+    ) -> dict[str, str]:
+        """One lineage record per changed file, attributed to the first task whose scope
+        covers it (else the batch's first task); returns path -> task."""
+        owners: dict[str, str] = {}
+        writes = []
+        for change in changes:
+            owner = next((t.id for t in tasks if in_scope(change.path, t.scope)), tasks[0].id)
+            owners[change.path] = owner
+            parents = [change.old_sha256] if change.old_sha256 else []
+            body: dict[str, Any] = {
+                "actor": actor,
+                "model": model,
+                "parents": parents,
+                "path": change.path,
+                "step": self.step,
+                "task": owner,
+            }
+            if change.sha256 is None:
+                writes.append(("artifact.delete", body))
+            else:
+                writes.append(("artifact.write", {**body, "sha256": change.sha256}))
+            self.step += 1
+        if writes:
+            self.recorder.store("lineage").append_many(writes)
+        return owners
+
+    def _conformance(
+        self, tasks: list[TaskSpec], changes: Sequence[git.Change], owners: Mapping[str, str]
+    ) -> list[str]:
+        problems = [
+            f"{change.path} is outside the scope of every task in the batch"
+            for change in changes
+            if not any(in_scope(change.path, t.scope) for t in tasks)
+        ]
+        if self.plan.capsule is None:
+            return problems
+        for task in tasks:
+            actions = [
+                ("delete" if c.sha256 is None else "edit", c.path)
+                for c in changes
+                if owners.get(c.path) == task.id
+            ]
+            violations = conformance(
+                self.plan.capsule, now=self.clock(), task=task, actions=actions
+            )
+            self._capsule_check(task.id, violations)
+            problems.extend(violations)
+        return problems
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def task_states(state_dir: Path, run_id: str) -> dict[str, str]:
+    """Current task states of a run, read from its audit store (for `harness status`)."""
+    path = run_dir(state_dir, run_id) / "audit.jsonl"
+    states: dict[str, str] = {}
+    if not path.exists():
+        return states
+    for line in path.read_bytes().splitlines():
+        try:
+            obj = parse_canonical(line)
+        except Exception:  # a torn tail: status is best effort, the writer recovers it
+            break
+        if obj.get("kind") == "task.planned":
+            states[obj["body"]["task"]] = "planned"
+        elif obj.get("kind") == "task.transition":
+            states[obj["body"]["task"]] = obj["body"]["to"]
+    return states
+
+
+def clean_work(folder: Path) -> None:
+    if folder.exists():
+        shutil.rmtree(folder)
+
+
+__all__ = ["RunSummary", "Runtime", "clean_work", "json", "task_states"]

@@ -1,0 +1,141 @@
+"""Bundle check "semantics": what the records say happened must be a lawful history.
+
+Per run, over the audit and lineage stores (already verified record by record):
+* every ``task.transition`` follows the lifecycle table (harness.verify.fsm) from the task's
+  declared start (``task.planned``), and its ``from`` is the task's state at that point;
+* a ``task.refused`` record names a transition the table does forbid, and changes nothing;
+* a task denied by the capability matrix (``capability.denied``) ends ``denied`` and is never
+  part of a spawned batch;
+* a task reaches ``done`` only after at least one ``gate.result`` for it, all of them passed,
+  and a ``merge.result`` that merged;
+* every lineage record names a declared task that was part of a spawned batch.
+
+Runs without ``task.planned`` records (no runtime involved) have nothing to check here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .errors import VerificationError
+from .fsm import INITIAL, TaskState, is_legal
+from .records import Record
+
+
+class SemanticsError(VerificationError):
+    """The records are each valid, but together they describe an impossible history."""
+
+
+@dataclass
+class _Task:
+    state: TaskState = INITIAL
+    spawned: bool = False
+    denied_by_capability: bool = False
+    gates: list[bool] = field(default_factory=list)
+    merged: bool = False
+
+
+@dataclass
+class RunSemantics:
+    """Folds one run's audit records (in order), then its lineage records."""
+
+    run: str
+    tasks: dict[str, _Task] = field(default_factory=dict)
+    declared: bool = False
+
+    def _task(self, name: str, where: str) -> _Task:
+        task = self.tasks.get(name)
+        if task is None:
+            raise SemanticsError(f"{where}: task {name!r} was never declared (task.planned)")
+        return task
+
+    def audit(self, record: Record, where: str) -> None:
+        body = record.body
+        kind = record.kind
+        if kind == "task.planned":
+            if body["task"] in self.tasks:
+                raise SemanticsError(f"{where}: task {body['task']!r} declared twice")
+            self.tasks[body["task"]] = _Task()
+            self.declared = True
+        elif kind == "task.transition":
+            task = self._task(body["task"], where)
+            if body["from"] != task.state:
+                raise SemanticsError(
+                    f"{where}: task {body['task']!r} moves from {body['from']!r} but is "
+                    f"{task.state.value!r}"
+                )
+            if not is_legal(body["from"], body["to"]):
+                raise SemanticsError(
+                    f"{where}: {body['from']} -> {body['to']} is not a legal transition "
+                    f"(task {body['task']!r})"
+                )
+            target = TaskState(body["to"])
+            if target is TaskState.DONE and not (task.gates and all(task.gates) and task.merged):
+                raise SemanticsError(
+                    f"{where}: task {body['task']!r} is done without passed gates and a merge"
+                )
+            if task.denied_by_capability and target is not TaskState.DENIED:
+                raise SemanticsError(
+                    f"{where}: task {body['task']!r} was denied by the capability matrix but "
+                    f"moves to {target.value!r}"
+                )
+            task.state = target
+        elif kind == "task.refused":
+            task = self._task(body["task"], where)
+            if is_legal(body["from"], body["to"]):
+                raise SemanticsError(
+                    f"{where}: a legal transition {body['from']} -> {body['to']} was refused"
+                )
+        elif kind == "capability.denied":
+            task = self._task(body["task"], where)
+            if task.spawned:
+                raise SemanticsError(f"{where}: task {body['task']!r} denied after it ran")
+            task.denied_by_capability = True
+        elif kind == "agent.spawn":
+            for name in body["tasks"]:
+                task = self._task(name, where)
+                if task.denied_by_capability:
+                    raise SemanticsError(
+                        f"{where}: batch {body['batch']!r} spawned denied task {name!r}"
+                    )
+                task.spawned = True
+        elif kind == "gate.result":
+            self._task(body["task"], where).gates.append(bool(body["passed"]))
+        elif kind == "merge.result":
+            task = self._task(body["task"], where)
+            if body["merged"] and not (task.gates and all(task.gates)):
+                raise SemanticsError(
+                    f"{where}: task {body['task']!r} merged without passing all its gates"
+                )
+            task.merged = task.merged or bool(body["merged"])
+
+    def lineage(self, record: Record, where: str) -> None:
+        if not self.declared or record.kind not in ("artifact.write", "artifact.delete"):
+            return
+        task = self._task(str(record.body["task"]), where)
+        if not task.spawned:
+            raise SemanticsError(
+                f"{where}: artifact {record.body['path']!r} is attributed to task "
+                f"{record.body['task']!r}, which never ran"
+            )
+
+    def finish(self) -> None:
+        for name, task in self.tasks.items():
+            if task.denied_by_capability and task.state is not TaskState.DENIED:
+                raise SemanticsError(f"task {name!r} was denied but ends {task.state.value!r}")
+
+
+def check_run_semantics(
+    run: str,
+    audit: Iterable[tuple[Record, str]],
+    lineage: Iterable[tuple[Record, str]],
+) -> RunSemantics:
+    """Check one run; ``audit``/``lineage`` yield (record, location) in store order."""
+    semantics = RunSemantics(run)
+    for record, where in audit:
+        semantics.audit(record, where)
+    for record, where in lineage:
+        semantics.lineage(record, where)
+    semantics.finish()
+    return semantics
