@@ -336,7 +336,12 @@ def _tool(item: object, key: str) -> str:
 
 
 def _host(item: object, key: str) -> str:
-    return _str(item, key, HOST_RE, "host name (lower-case DNS name)")
+    text = _str(item, key)
+    if not HOST_RE.fullmatch(text):
+        raise PlanError(
+            key, f"{text!r} is not a valid host name (a lower-case DNS name: no scheme, port or path)"
+        )
+    return text
 
 
 def _action(item: object, key: str) -> str:

@@ -190,8 +190,8 @@ class Journal:
             raise JournalIntegrityError(f"{where}: {exc}") from None
         if not isinstance(value, dict) or sorted(value) != sorted(_FIELDS):
             raise JournalIntegrityError(f"{where}: members must be exactly {', '.join(_FIELDS)}")
-        if not all(isinstance(value[name], str) for name in _FIELDS):
-            raise JournalIntegrityError(f"{where}: every member must be a string")
+        if not all(isinstance(value[name], str) and value[name] for name in _FIELDS):
+            raise JournalIntegrityError(f"{where}: every member must be a non-empty string")
         for name in ("key", "request_sha256", "response_sha256"):
             if not _HEX64.fullmatch(value[name]):
                 raise JournalIntegrityError(f"{where}: {name} is not 64 lowercase hex digits")
@@ -273,6 +273,10 @@ class Journal:
         """
         if not _HEX64.fullmatch(key):
             raise ValueError(f"not a call key: {key!r}")
+        if not (isinstance(adapter, str) and adapter and isinstance(model, str) and model):
+            raise ValueError("adapter and model must be non-empty strings")
+        if not (isinstance(request, str) and isinstance(response, str)):
+            raise TypeError("request and response must be str")
         entry = JournalEntry(
             key=key,
             adapter=adapter,
@@ -313,6 +317,8 @@ class Journal:
         live: Callable[[], str],
     ) -> str:
         """Answer one model call: from the model (live) or from the journal (replay)."""
+        if not (isinstance(adapter, str) and adapter and isinstance(model, str) and model):
+            raise ValueError("adapter and model must be non-empty strings")
         key = call_key(adapter, model, request, parameters)
         if self.mode == "replay":
             found = self.entry(key)

@@ -55,6 +55,10 @@ class RunSummary:
     stopped: bool = False
 
 
+class RunAbortedError(Exception):
+    """The run stopped early (e.g. a strict-replay miss); its evidence is sealed."""
+
+
 class Runtime:
     """Runs one plan as one run; ``run()`` returns when the run is quiescent or stopped."""
 
@@ -287,6 +291,8 @@ class Runtime:
             model=tasks[0].model,
             journal_file=self.journal.path if self.journal is not None else None,
             workfile=scratch / "work.json",
+            journal_mode=self.journal.mode if self.journal is not None else "live",
+            allow_live_miss=self.journal.allow_live_miss if self.journal is not None else False,
         )
         request.prompt_file.write_text(prompt, encoding="utf-8")
         if batch.adapter == "scripted":
@@ -341,6 +347,11 @@ class Runtime:
             why = output.error or ("timed out" if result.timed_out else f"exit {result.exit_code}")
             for task in tasks:
                 self.move(task.id, S.FAILED, f"agent failed: {why}")
+            if output.error and "replay miss: " in output.error:
+                # Strict replay: a miss aborts the whole run, recorded and sealed first.
+                self.audit("run.end", {"outcome": "aborted: replay miss"})
+                self.recorder.checkpoint_all()
+                raise RunAbortedError(output.error)
             return
         problems = self._conformance(tasks, changes, owners)
         for task in tasks:
