@@ -339,7 +339,8 @@ def _host(item: object, key: str) -> str:
     text = _str(item, key)
     if not HOST_RE.fullmatch(text):
         raise PlanError(
-            key, f"{text!r} is not a valid host name (a lower-case DNS name: no scheme, port or path)"
+            key,
+            f"{text!r} is not a valid host name (a lower-case DNS name: no scheme, port or path)",
         )
     return text
 

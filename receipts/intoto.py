@@ -24,10 +24,10 @@ from typing import Any, Final
 
 from harness.verify.canonical import canonical_bytes
 from harness.verify.errors import CanonicalEncodingError, VerificationError
-from harness.verify.intoto import STATEMENT_TYPE, parse_statement
+from harness.verify.intoto import BUILD_TYPE_AGENT_RUN, STATEMENT_TYPE, parse_statement
 from harness.verify.records import HEX64_RE, TIME_RE
 
-DEFAULT_BUILD_TYPE: Final = "urn:harness-verify:build-type:agent-run:v1"
+DEFAULT_BUILD_TYPE: Final = BUILD_TYPE_AGENT_RUN
 
 _STORE_MEMBERS: Final = frozenset({"records", "root", "checkpoints"})
 _ARTIFACT_MEMBERS: Final = frozenset({"path", "sha256", "seq", "actor", "task", "step", "model"})

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from harness import __version__
 from harness.verify.canonical import canonical_bytes
 from harness.verify.intoto import (
+    BUILDER_ID,
     PAYLOAD_TYPE_IN_TOTO,
     PREDICATE_LINEAGE,
     PREDICATE_RUN_SUMMARY,
@@ -36,8 +37,6 @@ from .intoto import (
 )
 from .keys import OperatorKeys
 from .merkle import MerkleTree
-
-BUILDER_ID = "urn:harness-verify:builder:harness"
 
 
 @dataclass(frozen=True)

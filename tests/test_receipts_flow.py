@@ -158,7 +158,33 @@ def _resign_statement(bundle: Bundle, name: str, change: Callable[[dict[str, Any
             lambda b: _resign_statement(
                 b, "run-summary", lambda s: s["predicate"]["stores"]["audit"].update(records=9)
             ),
-            "does not state what the verified stores hold",
+            "does not state exactly what the verified records hold",
+        ),
+        (
+            lambda b: _resign_statement(
+                b, "run-summary", lambda s: s["predicate"]["stores"]["control"].update(records=True)
+            ),
+            "does not state exactly",
+        ),
+        (
+            lambda b: _resign_statement(
+                b, "lineage", lambda s: s["predicate"]["artifacts"][0].update(actor="someone")
+            ),
+            "does not state exactly",
+        ),
+        (
+            lambda b: _resign_statement(
+                b,
+                "provenance",
+                lambda s: s["predicate"]["runDetails"]["builder"].update(id="urn:evil"),
+            ),
+            "does not state exactly",
+        ),
+        (
+            lambda b: _resign_statement(
+                b, "run-summary", lambda s: s["predicate"].update(producer="other 9.9")
+            ),
+            "does not state exactly",
         ),
         (
             lambda b: _flip_last_byte(b, attestation_member("run-1", "run-summary.cose")),

@@ -352,6 +352,8 @@ class _Run:
                         verify_consistency(
                             older.size, newer.size, proof, older.root_hash, newer.root_hash
                         )
+                    except ArchiveError as exc:
+                        raise self.fail("consistency-proofs", exc) from None
                     except VerificationError as exc:
                         raise self.fail(
                             "consistency-proofs",
@@ -392,7 +394,7 @@ class _Run:
         try:
             for run in manifest.runs:
                 checked += check_run_receipts(
-                    self.archive.read_small, run, by_run[run.run], self.signer
+                    self.archive.read_small, run, by_run[run.run], self.signer, manifest.producer
                 )
         except VerificationError as exc:
             raise self.fail("receipts", exc) from None

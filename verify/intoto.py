@@ -45,6 +45,9 @@ from .errors import CanonicalEncodingError, VerificationError
 
 PAYLOAD_TYPE_IN_TOTO: Final = _DSSE_PAYLOAD_TYPE_IN_TOTO
 """DSSE payloadType of an in-toto statement (the default allow-list of ``verify_envelope``)."""
+BUILD_TYPE_AGENT_RUN: Final = "urn:harness-verify:build-type:agent-run:v1"
+"""SLSA buildType of a harness run (the run is the build, its final artifacts the outputs)."""
+BUILDER_ID: Final = "urn:harness-verify:builder:harness"
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 LEGACY_STATEMENT_TYPES: Final = frozenset({"https://in-toto.io/Statement/v0.1"})

@@ -16,10 +16,14 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from .archive import ArchiveError
+from .canonical import canonical_bytes, parse_canonical
 from .cose import decode_sign1, verify_sign1
 from .dsse import verify_envelope
 from .errors import VerificationError
 from .intoto import (
+    BUILD_TYPE_AGENT_RUN,
+    BUILDER_ID,
     PAYLOAD_TYPE_IN_TOTO,
     PREDICATE_LINEAGE,
     PREDICATE_RUN_SUMMARY,
@@ -51,11 +55,72 @@ class AttestationError(VerificationError):
     """A run attestation does not verify or does not match the verified records."""
 
 
+def expected_predicates(
+    run_id: str,
+    producer: str,
+    signer_id: str,
+    stores: Mapping[str, StoreResult],
+    finals: list[FinalArtifact],
+) -> dict[str, dict[str, Any]]:
+    """The exact predicates a run's attestations must carry, re-derived from verified records.
+
+    Comparing whole predicates (as canonical bytes, so ``true`` never passes for ``1``) leaves
+    no member of a signed attestation that the records do not back.
+    """
+    firsts = [r.first_time for r in stores.values() if r.first_time]
+    lasts = [r.last_time for r in stores.values() if r.last_time]
+    times = {"started": min(firsts, default=None), "finished": max(lasts, default=None)}
+    present = {k: v for k, v in times.items() if v is not None}
+    summary: dict[str, Any] = {
+        "producer": producer,
+        "run": run_id,
+        "signer_key_id": signer_id,
+        "stores": {
+            name: {
+                "checkpoints": list(result.checkpoint_sizes),
+                "records": result.size,
+                "root": result.root.hex(),
+            }
+            for name, result in stores.items()
+        },
+        **present,
+    }
+    lineage = {
+        "artifacts": [
+            {
+                "actor": a.actor,
+                "model": a.model,
+                "path": a.path,
+                "seq": a.seq,
+                "sha256": a.sha256,
+                "step": a.step,
+                "task": a.task,
+            }
+            for a in finals
+        ],
+        "run": run_id,
+    }
+    metadata: dict[str, Any] = {"invocationId": run_id}
+    if "started" in present:
+        metadata["startedOn"] = present["started"]
+    if "finished" in present:
+        metadata["finishedOn"] = present["finished"]
+    provenance = {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE_AGENT_RUN,
+            "externalParameters": {"run": run_id},
+        },
+        "runDetails": {"builder": {"id": BUILDER_ID}, "metadata": metadata},
+    }
+    return {"run-summary": summary, "lineage": lineage, "provenance": provenance}
+
+
 def check_run_receipts(
     read: ReadSmall,
     run: RunClaim,
     stores: Mapping[str, StoreResult],
     signer: str,
+    producer: str,
 ) -> int:
     """Verify one run's receipts and attestations; returns how many objects were checked."""
     lineage = stores["lineage"]
@@ -74,21 +139,31 @@ def check_run_receipts(
     public = Ed25519PublicKey.from_public_bytes(parse_verifier_key(signer).public_key)
     signer_id = key_id(parse_verifier_key(signer).public_key)
     payloads: dict[str, bytes] = {}
+    expected = expected_predicates(run.run, producer, signer_id, stores, finals)
     for name, predicate_type in STATEMENTS:
         member = attestation_member(run.run, f"{name}.dsse.json")
         try:
-            payload_type, payload = verify_envelope(read(member, ENVELOPE_LIMIT), [public])
+            envelope = read(member, ENVELOPE_LIMIT)
+            parse_canonical(envelope)
+            payload_type, payload = verify_envelope(envelope, [public])
+            parse_canonical(payload)
             statement = parse_statement(
                 payload, allowed_predicate_types=frozenset({predicate_type})
             )
+        except ArchiveError:
+            raise
         except VerificationError as exc:
             raise AttestationError(f"{member}: {exc}", member=member) from None
         if payload_type != PAYLOAD_TYPE_IN_TOTO:
             raise AttestationError(f"{member}: payload type {payload_type!r}", member=member)
         _check_subjects(member, statement, finals)
         payloads[name] = payload
-        if name == "run-summary":
-            _check_run_summary(member, statement.predicate, run.run, stores, signer_id)
+        if canonical_bytes(statement.predicate) != canonical_bytes(expected[name]):
+            raise AttestationError(
+                f"{member}: predicate does not state exactly what the verified records hold "
+                "(run, stores, times, artifacts, builder)",
+                member=member,
+            )
     _check_cose_statement(read, run.run, public, signer_id, payloads["run-summary"])
     return len(finals) + len(STATEMENTS) + 1
 
@@ -104,6 +179,8 @@ def _check_receipt(
     member = receipt_member(run_id, artifact.seq)
     try:
         receipt = verify_receipt(read(member, MAX_RECEIPT_BYTES), signer=signer)
+    except ArchiveError:
+        raise
     except VerificationError as exc:
         raise ReceiptError(f"{member}: {exc}", member=member) from None
     problems = [
@@ -134,30 +211,6 @@ def _check_subjects(member: str, statement: Statement, finals: list[FinalArtifac
         raise AttestationError(
             f"{member}: subjects are not exactly the run's final artifacts (name + sha256)",
             member=member,
-        )
-
-
-def _check_run_summary(
-    member: str,
-    predicate: Mapping[str, Any],
-    run_id: str,
-    stores: Mapping[str, StoreResult],
-    signer_id: str,
-) -> None:
-    claimed = predicate.get("stores")
-    actual = {
-        name: {
-            "records": result.size,
-            "root": result.root.hex(),
-            "checkpoints": list(result.checkpoint_sizes),
-        }
-        for name, result in stores.items()
-    }
-    if predicate.get("run") != run_id or predicate.get("signer_key_id") != signer_id:
-        raise AttestationError(f"{member}: run summary names another run or signer", member=member)
-    if claimed != actual:
-        raise AttestationError(
-            f"{member}: run summary does not state what the verified stores hold", member=member
         )
 
 
