@@ -36,11 +36,11 @@ from .adapters.base import AgentRequest
 from .capabilities import CapabilityMatrix, check_task
 from .capsule import capsule_digest, conformance, pre_spawn_violations
 from .gates import run_gates
-from .model import Batch, Plan, TaskSpec, TaskView
+from .model import Batch, Plan, TaskSpec
 from .plan import in_scope
 from .proc import run_process
 from .replay import Journal, call_key
-from .scheduler import choose_batches, is_quiescent, promotions
+from .scheduler import TaskTable, choose_batches, is_quiescent, promotions
 from .scripted_agent import write_scripted_workfile
 
 S = TaskState
@@ -91,14 +91,28 @@ class Runtime:
         self.work = self.folder / "work"
         self.recorder = RunRecorder(state_dir, run_id, keys, clock=clock)
         self.states: dict[str, TaskState] = {}
+        self.table = TaskTable.from_plan(plan)
+        """Indexed snapshot for the scheduler, kept in step with ``states`` by ``_set``."""
         self.batch_number = 1
         self.step = 0
         self.control_seen = 0
+        self._pending: list[tuple[str, Mapping[str, Any]]] = []
         self.merged: list[str] = []
 
     # ---- records --------------------------------------------------------------------------
     def audit(self, kind: str, body: Mapping[str, Any]) -> None:
-        self.recorder.record("audit", kind, body)
+        """Queue an audit record; ``flush`` makes the queue durable in one group commit.
+
+        The rule that keeps this honest: flush before every effect outside the evidence (a
+        worktree, a process, a merge) and at the end of each tick, so no effect ever happens on
+        the strength of a decision that a crash could lose.
+        """
+        self._pending.append((kind, body))
+
+    def flush(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.recorder.store("audit").append_many(pending)
 
     def move(self, task: str, target: TaskState, reason: str) -> bool:
         """Apply a transition if legal; an illegal one is refused and recorded, not applied."""
@@ -113,8 +127,12 @@ class Runtime:
             "task.transition",
             {"task": task, "from": current.value, "to": target.value, "reason": reason},
         )
-        self.states[task] = target
+        self._set(task, target)
         return True
+
+    def _set(self, task: str, state: TaskState) -> None:
+        self.states[task] = state
+        self.table.set_state(task, state)
 
     # ---- start / resume -------------------------------------------------------------------
     def _resume(self) -> bool:
@@ -127,9 +145,9 @@ class Runtime:
             record = parse_record_line(line, "audit", self.run_id)
             body = record.body
             if record.kind == "task.planned":
-                self.states[str(body["task"])] = S.PLANNED
+                self._set(str(body["task"]), S.PLANNED)
             elif record.kind == "task.transition":
-                self.states[str(body["task"])] = S(str(body["to"]))
+                self._set(str(body["task"]), S(str(body["to"])))
             elif record.kind == "agent.spawn":
                 self.batch_number += 1
         lineage = self.folder / "lineage.jsonl"
@@ -168,13 +186,14 @@ class Runtime:
                     "tools": list(task.tools),
                 },
             )
-            self.states[task.id] = S.PLANNED
+            self._set(task.id, S.PLANNED)
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> RunSummary:
         try:
             if not self._resume():
                 self._start()
+            self.flush()
             quiet = 0
             stopped = False
             while True:
@@ -185,12 +204,12 @@ class Runtime:
                             self.move(task, S.CANCELLED, "operator stop")
                     break
                 self._promote()
-                views = [TaskView(self.specs[t], s) for t, s in self.states.items()]
+                self.flush()
                 batches = choose_batches(
-                    views, in_flight={}, plan=self.plan, next_batch_number=self.batch_number
+                    self.table, in_flight={}, plan=self.plan, next_batch_number=self.batch_number
                 )
                 if not batches:
-                    if is_quiescent(views, {}):
+                    if is_quiescent(self.table, {}):
                         quiet += 1
                         if quiet >= self.plan.settle_ticks:
                             break
@@ -201,6 +220,7 @@ class Runtime:
                     self._run_batch(batch)
             outcome = "stopped" if stopped else "completed"
             self.audit("run.end", {"outcome": outcome})
+            self.flush()
             self.recorder.checkpoint_all()
             return RunSummary(
                 self.run_id, dict(self.states), self.batch_number - 1, self.merged, stopped
@@ -232,8 +252,7 @@ class Runtime:
                 if problems:
                     self._capsule_check(task_id, problems)
                     self.move(task_id, S.DENIED, "intent capsule: " + "; ".join(problems))
-        views = [TaskView(self.specs[t], s) for t, s in self.states.items()]
-        for task_id, target, reason in promotions(views):
+        for task_id, target, reason in promotions(self.table):
             self.move(task_id, target, reason)
 
     def _capsule_check(self, task: str, violations: Sequence[str]) -> None:
@@ -269,6 +288,7 @@ class Runtime:
         branch = f"harness/{self.run_id}/{batch.id}"
         worktree = self.work / batch.id
         self.work.mkdir(parents=True, exist_ok=True)
+        self.flush()
         git.add_worktree(self.repo, worktree, branch, base)
         try:
             self._agent_and_merge(batch, tasks, worktree, branch, base)
@@ -311,6 +331,7 @@ class Runtime:
         )
         for task in tasks:
             self.move(task.id, S.IN_PROGRESS, f"agent for {batch.id} started")
+        self.flush()
         result = run_process(
             adapter.argv(request), cwd=worktree, timeout_s=timeout_s, grace_s=self.grace_s
         )
@@ -325,21 +346,23 @@ class Runtime:
             },
         )
         output = adapter.parse(request, result)
-        for call in output.model_calls:
-            key = call_key(call.adapter, call.model, call.request, call.parameters)
-            self.recorder.record(
-                "replay",
+        calls = [
+            (
                 "model.call",
                 {
                     "adapter": call.adapter,
-                    "key": key,
+                    "key": call_key(call.adapter, call.model, call.request, call.parameters),
                     "model": call.model,
                     "request_sha256": _sha(call.request),
                     "response_sha256": _sha(call.response),
                 },
             )
-        head = git.commit_all(worktree, f"{batch.id}: {', '.join(t.id for t in tasks)}",
-                              date=self.git_date)  # fmt: skip
+            for call in output.model_calls
+        ]
+        if calls:
+            self.recorder.store("replay").append_many(calls)
+        message = f"{batch.id}: {', '.join(t.id for t in tasks)}"
+        head = git.commit_all(worktree, message, date=self.git_date)
         changes = git.changed_files(self.repo, base, head) if head else []
         model = next((c.model for c in output.model_calls), tasks[0].model)
         owners = self._record_lineage(tasks, changes, batch.adapter, model)
@@ -350,6 +373,7 @@ class Runtime:
             if output.error and "replay miss: " in output.error:
                 # Strict replay: a miss aborts the whole run, recorded and sealed first.
                 self.audit("run.end", {"outcome": "aborted: replay miss"})
+                self.flush()
                 self.recorder.checkpoint_all()
                 raise RunAbortedError(output.error)
             return
@@ -390,6 +414,7 @@ class Runtime:
         if not check.clean:
             reason = "merge conflict in " + ", ".join(check.conflicts)
         elif head is not None:
+            self.flush()
             commit = git.merge(self.repo, branch, f"merge {branch}", date=self.git_date)
         for task in tasks:
             self.audit(

@@ -1,0 +1,108 @@
+"""Runtime benchmark: evidence CPU per recorded event in a real run, and scheduling rate.
+
+Prints one JSON line. Run: ``python bench/runtime.py --tasks 300``.
+
+A plan of ``--tasks`` independent tasks (a mix of roles) runs through the real Runtime in a
+real git repository; every batch spawns the no-op agent ``true`` in its own worktree (so the
+figures include real processes and git, but no model). ``evidence_cpu_us_per_event`` is the
+process CPU spent inside the evidence stores (serialization, MACs, Merkle updates, writes) per
+record written, measured around ``StoreWriter.append_many`` (the runtime group-commits each
+tick's decisions). The scheduler's own rate over 10^4 queued tasks is bench/scheduler.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from harness.orchestrate.adapters import CommandAdapter, register_adapter
+from harness.orchestrate.capabilities import DEFAULT_MATRIX, NO_TAGS
+from harness.orchestrate.clock import LogicalClock
+from harness.orchestrate.demo import make_repo
+from harness.orchestrate.plan import parse_plan
+from harness.orchestrate.runtime import Runtime
+from harness.receipts import store as store_module
+from harness.receipts.keys import OperatorKeys
+from harness.verify.fsm import TaskState
+
+
+def _plan(tasks: int) -> dict[str, object]:
+    gate = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 30}
+    return {
+        "plan": {"name": "bench", "max_batch": 3, "settle_ticks": 1},
+        "task": [
+            {
+                "id": f"t{i:05d}",
+                "role": f"r{i % 4}",
+                "prompt": "noop",
+                "adapter": "noop",
+                "priority": i % 7,
+                "gates": [gate],
+            }
+            for i in range(tasks)
+        ],
+    }
+
+
+def evidence_cost(tasks: int) -> dict[str, float]:
+    noop = shutil.which("true") or "/bin/true"
+    register_adapter(CommandAdapter.from_template([noop], name="noop"))
+    matrix = dataclasses.replace(
+        DEFAULT_MATRIX, adapters={**DEFAULT_MATRIX.adapters, "noop": NO_TAGS}
+    )
+    keys = OperatorKeys(Ed25519PrivateKey.from_private_bytes(b"\x06" * 32), bytes(range(32)))
+    spent = {"cpu": 0.0, "records": 0}
+    original = store_module.StoreWriter.append_many
+
+    def timed(self, items):  # type: ignore[no-untyped-def]
+        batch = list(items)
+        start = time.process_time()
+        try:
+            return original(self, batch)
+        finally:
+            spent["cpu"] += time.process_time() - start
+            spent["records"] += len(batch)
+
+    store_module.StoreWriter.append_many = timed  # type: ignore[method-assign]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Path(tmp) / "repo"
+            make_repo(repo)
+            wall = time.perf_counter()
+            summary = Runtime(
+                repo=repo, plan=parse_plan(_plan(tasks)), state_dir=repo / ".harness",
+                keys=keys, run_id="bench", clock=LogicalClock(), capabilities=matrix,
+            ).run()  # fmt: skip
+            wall = time.perf_counter() - wall
+    finally:
+        store_module.StoreWriter.append_many = original  # type: ignore[method-assign]
+    done = sum(1 for state in summary.states.values() if state is TaskState.DONE)
+    return {
+        "tasks": tasks,
+        "tasks_done": done,
+        "batches": summary.batches,
+        "events": spent["records"],
+        "evidence_cpu_us_per_event": spent["cpu"] / max(spent["records"], 1) * 1e6,
+        "run_seconds": wall,
+        "tasks_per_s_end_to_end": tasks / wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=300)
+    args = parser.parse_args()
+    figures: dict[str, float] = evidence_cost(args.tasks)
+    print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()
