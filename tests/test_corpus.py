@@ -97,7 +97,9 @@ def run_cli(
 ) -> Ran:
     """``python -m harness.verify.cli ARGS`` with a timeout and an address-space limit; its
     own peak RSS comes from ``wait4`` (not the cumulative RUSAGE_CHILDREN)."""
-    command = [sys.executable, "-m", "harness.verify.cli", *args]
+    command = [sys.executable, "-c", _REPORT_HWM, *args]
+    hwm = Path(tempfile.mkstemp(prefix="hwm-")[1])
+    env = {**(os.environ if env is None else env), "HARNESS_TEST_HWM_FILE": str(hwm)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         process = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, env=env)
         with contextlib.suppress(ProcessLookupError):  # already gone: wait4 still reports it
@@ -111,12 +113,29 @@ def run_cli(
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
+        reported = hwm.read_text().strip()
+        hwm.unlink()
         return Ran(
             process.returncode,
             out.read().decode("utf-8", "replace"),
             err.read().decode("utf-8", "replace"),
-            usage.ru_maxrss * 1024,
+            int(reported) * 1024 if reported else usage.ru_maxrss * 1024,
         )
+
+
+# The verifier's own peak memory: VmHWM of the process image after exec. (ru_maxrss from
+# wait4 also counts the image before exec, i.e. the test runner's own memory when it spawned
+# the child, which made this check depend on what ran before it.)
+_REPORT_HWM = (
+    "import atexit, os, sys\n"
+    "def _hwm():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            open(os.environ['HARNESS_TEST_HWM_FILE'], 'w').write(line.split()[1])\n"
+    "atexit.register(_hwm)\n"
+    "from harness.verify.cli import main\n"
+    "main(sys.argv[1:])\n"
+)
 
 
 def _cli_args(case: Case) -> list[str]:

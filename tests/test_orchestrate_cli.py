@@ -1,0 +1,99 @@
+"""`harness init / run / status / stop` as a user types them (real subprocesses, real git)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from harness.orchestrate.demo import make_repo
+from harness.verify.canonical import parse_canonical
+
+
+def _harness(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *map(str, args)],
+        cwd=cwd, capture_output=True, text=True, check=False, timeout=180,
+    )  # fmt: skip
+
+
+PLAN = textwrap.dedent(
+    """
+    [plan]
+    name = "cli"
+    [[task]]
+    id = "hello"
+    role = "coder"
+    prompt = "Say hello."
+    gates = [{{ name = "ok", command = ["{python}", "-c", "import hello"] }}]
+    [[task.edits]]
+    path = "hello.py"
+    content = "print('hello')\\n"
+    [[task]]
+    id = "later"
+    role = "writer"
+    prompt = "Write notes after hello."
+    depends = ["hello"]
+    gates = [{{ name = "ok", command = ["{python}", "-c", "pass"] }}]
+    [[task.edits]]
+    path = "NOTES.md"
+    content = "notes\\n"
+    """
+).format(python=sys.executable)
+
+
+def test_init_run_status(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (tmp_path / "plan.toml").write_text(PLAN)
+    init = _harness("init", cwd=repo)
+    assert init.returncode == 0, init.stderr
+    assert (repo / ".harness" / "keys" / "signing.key").exists()
+    assert "/.harness/" in (repo / ".git" / "info" / "exclude").read_text()
+    status_clean = subprocess.run(["git", "status", "--porcelain"], cwd=repo,
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+    assert status_clean.stdout == ""  # state and keys never show up as untracked files
+    ran = _harness("run", tmp_path / "plan.toml", "--run", "r1", cwd=repo)
+    assert ran.returncode == 0, ran.stderr
+    assert "hello" in ran.stdout and "done" in ran.stdout
+    assert (repo / "hello.py").exists() and (repo / "NOTES.md").exists()
+    status = _harness("status", cwd=repo)
+    assert "run r1" in status.stdout and "later" in status.stdout and "done" in status.stdout
+    out = tmp_path / "bundle.tar"
+    exported = _harness("export", out, cwd=repo)
+    assert exported.returncode == 0, exported.stderr
+    key_id = exported.stdout.rsplit("signer key id ", 1)[1].strip()
+    verified = subprocess.run(
+        [sys.executable, "-m", "harness.verify.cli", str(out), "--trusted-key", key_id],
+        capture_output=True, text=True, check=False, cwd=repo,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_stop_is_honoured_at_the_next_tick(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (tmp_path / "plan.toml").write_text(PLAN)
+    assert _harness("init", cwd=repo).returncode == 0
+    stop = _harness("stop", "--run", "r2", cwd=repo)
+    assert stop.returncode == 0, stop.stderr
+    ran = _harness("run", tmp_path / "plan.toml", "--run", "r2", cwd=repo)
+    assert ran.returncode == 0, ran.stderr
+    audit = repo / ".harness" / "runs" / "r2" / "audit.jsonl"
+    records = [parse_canonical(line) for line in audit.read_bytes().splitlines()]
+    ends = {r["body"]["task"]: r["body"]["to"] for r in records if r["kind"] == "task.transition"}
+    assert ends == {"hello": "cancelled", "later": "cancelled"}
+    assert records[-1]["body"] == {"outcome": "stopped"}
+    assert not (repo / "hello.py").exists()
+
+
+def test_bad_plan_is_a_clear_error(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    assert _harness("init", cwd=repo).returncode == 0
+    (tmp_path / "bad.toml").write_text('[plan]\nname = "x"\n[[task]]\nid = "a"\nrole = "r"\n'
+                                       'prompt = "p"\ndepends = ["nope"]\n')  # fmt: skip
+    ran = _harness("run", tmp_path / "bad.toml", cwd=repo)
+    assert ran.returncode == 1
+    assert "nope" in ran.stderr and "Traceback" not in ran.stderr
