@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from workload import lineage_body  # bench/workload.py (scripts run from bench/)
 
 from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys
@@ -31,17 +32,7 @@ from harness.receipts.run import RunRecorder
 MASTER = bytes(range(32))
 
 
-def _body(i: int) -> dict[str, object]:
-    digest = hashlib.sha256(b"%d" % i).hexdigest()
-    return {
-        "path": f"src/module_{i % 31}/file_{i % 997}.py",  # ~1000 artifacts, many writes each
-        "sha256": digest,
-        "parents": [hashlib.sha256(digest.encode()).hexdigest()],
-        "actor": "claude-code",
-        "task": f"task-{i // 100}",
-        "step": i % 50,
-        "model": "claude-sonnet-4",
-    }
+_body = lineage_body
 
 
 def build(folder: Path, records: int, every: int) -> tuple[Path, OperatorKeys]:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from workload import lineage_body  # bench/workload.py (scripts run from bench/)
 
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.store import StoreWriter
@@ -42,17 +43,7 @@ def _keys() -> OperatorKeys:
     return OperatorKeys(Ed25519PrivateKey.from_private_bytes(b"\x05" * 32), MASTER)
 
 
-def _body(i: int) -> dict[str, object]:
-    digest = hashlib.sha256(b"%d" % i).hexdigest()
-    return {
-        "path": f"src/module_{i % 31}/file_{i % 997}.py",  # ~1000 artifacts, many writes each
-        "sha256": digest,
-        "parents": [hashlib.sha256(digest.encode()).hexdigest()],
-        "actor": "claude-code",
-        "task": f"task-{i // 100}",
-        "step": i % 50,
-        "model": "claude-sonnet-4",
-    }
+_body = lineage_body
 
 
 def append(folder: Path, records: int, batch: int) -> dict[str, float]:

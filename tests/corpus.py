@@ -46,6 +46,7 @@ from harness.verify.layout import (
     key_member,
     manifest_note_text,
     store_member,
+    tar_member_info,
 )
 from harness.verify.note import Signature
 
@@ -197,15 +198,8 @@ def export_run(
 
 
 def tar_info(name: str, size: int) -> tarfile.TarInfo:
-    """The header the exporter writes for every member (mirrors receipts/bundle.py)."""
-    info = tarfile.TarInfo(name)
-    info.size = size
-    info.mtime = 0
-    info.mode = 0o644
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    info.type = tarfile.REGTYPE
-    return info
+    """The header the exporter writes for every member (the verifier's own definition)."""
+    return tar_member_info(name, size)
 
 
 def write_tar(members: Iterable[tuple[str, bytes]]) -> bytes:

@@ -135,7 +135,8 @@ def check_run_semantics(
     semantics = RunSemantics(run)
     for record, where in audit:
         semantics.audit(record, where)
-    for record, where in lineage:
-        semantics.lineage(record, where)
+    if semantics.declared:  # without runtime records there is nothing to attribute: skip the pass
+        for record, where in lineage:
+            semantics.lineage(record, where)
     semantics.finish()
     return semantics
