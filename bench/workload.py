@@ -9,7 +9,7 @@ def lineage_body(i: int) -> dict[str, object]:
     """An artifact.write body of realistic size: ~1000 artifacts, many writes each."""
     digest = hashlib.sha256(b"%d" % i).hexdigest()
     return {
-        "path": f"src/module_{i % 31}/file_{i % 997}.py",
+        "path": f"src/module_{i % 997 % 31}/file_{i % 997}.py",
         "sha256": digest,
         "parents": [hashlib.sha256(digest.encode()).hexdigest()],
         "actor": "claude-code",

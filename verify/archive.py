@@ -109,7 +109,7 @@ class BundleArchive:
                 f"{name}: {member.size} bytes, limit {limit} for this kind of member"
             )
         with self.open(name) as stream:
-            data = stream.read(limit + 1)
+            data = stream.read(member.size + 1)  # never a limit-sized buffer up front
         if len(data) != member.size:
             raise ArchiveError(f"{name}: archive ended inside the member (truncated)")
         return data
