@@ -227,6 +227,17 @@ def remove_worktree(repo: Path, path: Path, force: bool = True) -> None:
     _git(repo, "worktree", "prune")
 
 
+def branch_exists(repo: Path, branch: str) -> bool:
+    proc = _git(repo, "show-ref", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1))
+    return proc.returncode == 0
+
+
+def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
+    """Whether ``ancestor`` is reachable from ``descendant`` (merged into it)."""
+    proc = _git(repo, "merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1))
+    return proc.returncode == 0
+
+
 def delete_branch(repo: Path, branch: str, *, force: bool = True) -> None:
     _git(repo, "branch", "-D" if force else "-d", "--", branch)
 

@@ -141,6 +141,7 @@ class Runtime:
         if not path.exists() or path.stat().st_size == 0:
             return False
         self.recorder.store("audit")  # opening recovers a torn tail first
+        branches: dict[str, str] = {}
         for line in path.read_bytes().splitlines():
             record = parse_record_line(line, "audit", self.run_id)
             body = record.body
@@ -150,17 +151,41 @@ class Runtime:
                 self._set(str(body["task"]), S(str(body["to"])))
             elif record.kind == "agent.spawn":
                 self.batch_number += 1
+                for name in body["tasks"]:
+                    branches[str(name)] = str(body["branch"])
         lineage = self.folder / "lineage.jsonl"
         if lineage.exists():
             self.step = len(lineage.read_bytes().splitlines())
         for task, state in sorted(self.states.items()):
+            branch = branches.get(task)
             if state is S.CLAIMED:
                 self.move(task, S.OPEN, "resumed after a runtime crash: batch never started")
+            elif state is S.GATING and branch and self._merged_before_crash(task, branch):
+                self.move(task, S.DONE, "merged just before a runtime crash")
             elif state in (S.IN_PROGRESS, S.GATING):
                 self.move(task, S.FAILED, "resumed after a runtime crash during its batch")
         if self.work.exists():
             for leftover in sorted(self.work.iterdir()):
                 git.remove_worktree(self.repo, leftover, force=True)
+        return True
+
+    def _merged_before_crash(self, task: str, branch: str) -> bool:
+        """A gating task whose branch is already in HEAD was merged by the crashed runtime
+        (the merge happens right after its gates passed); record what the crash lost."""
+        if not git.branch_exists(self.repo, branch) or not git.is_ancestor(
+            self.repo, branch, "HEAD"
+        ):
+            return False
+        self.audit(
+            "merge.result",
+            {
+                "task": task,
+                "branch": branch,
+                "merged": True,
+                "commit": git.head(self.repo),
+                "reason": "merged before a runtime crash (recorded on resume)",
+            },
+        )
         return True
 
     def _start(self) -> None:
@@ -217,7 +242,12 @@ class Runtime:
                 quiet = 0
                 for batch in batches:
                     self.batch_number += 1
-                    self._run_batch(batch)
+                    try:
+                        self._run_batch(batch)
+                    except RunAbortedError:
+                        raise
+                    except Exception as exc:  # a batch never takes the run (and its seal) down
+                        self._fail_batch(batch, f"runtime error: {type(exc).__name__}: {exc}")
             outcome = "stopped" if stopped else "completed"
             self.audit("run.end", {"outcome": outcome})
             self.flush()
@@ -255,6 +285,16 @@ class Runtime:
         for task_id, target, reason in promotions(self.table):
             self.move(task_id, target, reason)
 
+    def _fail_batch(self, batch: Batch, reason: str) -> None:
+        for task in batch.tasks:
+            state = self.states[task]
+            if state is S.CLAIMED:
+                self.move(task, S.OPEN, reason)
+                self.move(task, S.CANCELLED, reason)
+            elif state in (S.IN_PROGRESS, S.GATING):
+                self.move(task, S.FAILED, reason)
+        self.flush()
+
     def _capsule_check(self, task: str, violations: Sequence[str]) -> None:
         assert self.plan.capsule is not None
         self.audit(
@@ -289,6 +329,10 @@ class Runtime:
         worktree = self.work / batch.id
         self.work.mkdir(parents=True, exist_ok=True)
         self.flush()
+        if git.branch_exists(self.repo, branch):
+            # Only a batch that crashed before its agent.spawn record leaves this behind (the
+            # batch counter counts spawn records): nothing of it was merged or recorded.
+            git.delete_branch(self.repo, branch)
         git.add_worktree(self.repo, worktree, branch, base)
         try:
             self._agent_and_merge(batch, tasks, worktree, branch, base)
@@ -362,7 +406,9 @@ class Runtime:
         if calls:
             self.recorder.store("replay").append_many(calls)
         message = f"{batch.id}: {', '.join(t.id for t in tasks)}"
-        head = git.commit_all(worktree, message, date=self.git_date)
+        git.commit_all(worktree, message, date=self.git_date)
+        tip = git.head(worktree)  # also covers commits the agent made itself
+        head = tip if tip != base else None
         changes = git.changed_files(self.repo, base, head) if head else []
         model = next((c.model for c in output.model_calls), tasks[0].model)
         owners = self._record_lineage(tasks, changes, batch.adapter, model)
@@ -385,6 +431,7 @@ class Runtime:
                 self.move(task.id, S.FAILED, "out of scope or capsule drift: " + problems[0])
             return
         passed = True
+        self.flush()
         for task in tasks:
             for gate in run_gates(task.gates, worktree):
                 self.audit(
@@ -432,6 +479,7 @@ class Runtime:
                 self.merged.append(task.id)
             else:
                 self.move(task.id, S.FAILED, reason)
+        self.flush()
 
     def _record_lineage(
         self, tasks: list[TaskSpec], changes: Sequence[git.Change], actor: str, model: str | None

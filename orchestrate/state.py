@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.receipts.keys import KeyFileError, OperatorKeys, init_keys, load_keys
 from harness.receipts.run import RunRecorder
 
-from .capabilities import DEFAULT_MATRIX, load_capabilities
+from .capabilities import DEFAULT_MATRIX, CapabilityError, load_capabilities
 from .clock import LogicalClock, wall_clock
 from .plan import PlanError, load_plan
 from .replay import Journal
@@ -76,7 +76,10 @@ def run_plan(
         journal = Journal(journal_root / replay, "replay", allow_live_miss=allow_live_miss)
     else:
         journal = Journal(journal_root / run_id, "live")
-    matrix = load_capabilities(capabilities) if capabilities else DEFAULT_MATRIX
+    try:
+        matrix = load_capabilities(capabilities) if capabilities else DEFAULT_MATRIX
+    except (CapabilityError, OSError) as exc:
+        raise StateError(f"capabilities: {exc}") from None
     return Runtime(
         repo=repo,
         plan=plan,

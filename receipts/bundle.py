@@ -45,10 +45,10 @@ from harness.verify.layout import (
     store_member,
     tar_member_info,
 )
-from harness.verify.lineage import FinalArtifacts
+from harness.verify.lineage import FOLD_ORDER, FinalArtifacts, MergeFacts
 from harness.verify.merkle import leaf_hash
 from harness.verify.note import open_note_signed_once
-from harness.verify.records import STORES, parse_record_line
+from harness.verify.records import parse_record_line
 
 from .keys import OperatorKeys
 from .merkle import MerkleTree
@@ -58,6 +58,8 @@ from .store import StoreWriter, fsync_dir
 
 _RECOVERED: Final = b'"kind":"store.recovered"'
 _ARTIFACT: Final = b'"kind":"artifact.'
+_PLANNED: Final = b'"kind":"task.planned"'
+_MERGE: Final = b'"kind":"merge.result"'
 
 
 class ExportError(Exception):
@@ -118,12 +120,17 @@ class _Prefix:
     last_time: str | None = None
     artifacts: FinalArtifacts = field(default_factory=FinalArtifacts)
     artifact_lines: dict[int, bytes] = field(default_factory=dict)
+    merges: MergeFacts = field(default_factory=MergeFacts)
 
 
-def _store_prefix(writer: StoreWriter, records: int) -> _Prefix:
-    """Scan the first ``records`` lines: byte length, leaf hashes, recoveries, times, artifacts."""
-    prefix = _Prefix()
+def _store_prefix(
+    writer: StoreWriter, records: int, merged: frozenset[str] | None = None
+) -> _Prefix:
+    """Scan the first ``records`` lines: byte length, leaf hashes, recoveries, times, artifacts
+    (lineage, counting only ``merged`` tasks' writes when given) and merged tasks (audit)."""
+    prefix = _Prefix(artifacts=FinalArtifacts(merged))
     lineage = writer.store == "lineage"
+    audit = writer.store == "audit"
     latest_line: dict[str, bytes] = {}
     with writer.path.open("rb") as handle:
         for seq, line in enumerate(itertools.islice(handle, records)):
@@ -133,15 +140,21 @@ def _store_prefix(writer: StoreWriter, records: int) -> _Prefix:
             prefix.leaves.append(leaf_hash(body))
             if _RECOVERED in body:
                 prefix.recovered.append(body)
-            if seq in (0, records - 1) or (lineage and _ARTIFACT in body):
+            interesting = (lineage and _ARTIFACT in body) or (
+                audit and (_PLANNED in body or _MERGE in body)
+            )
+            if seq in (0, records - 1) or interesting:
                 record = parse_record_line(body, writer.store, writer.run_id)
+                if audit:
+                    prefix.merges.apply(record.kind, record.body)
                 if seq == 0:
                     prefix.first_time = record.time
                 prefix.last_time = record.time
                 if lineage:
                     prefix.artifacts.apply(record.kind, seq, record.body)
-                    if record.kind == "artifact.write":
-                        latest_line[str(record.body["path"])] = body
+                    now = prefix.artifacts.current(str(record.body["path"]))
+                    if now is not None and now.seq == seq:  # this write counts (merged task)
+                        latest_line[now.path] = body
             prefix.length += len(line)
     if len(prefix.leaves) != records:
         raise ExportError(
@@ -205,11 +218,14 @@ def _collect_run(
     facts: dict[str, StoreFacts] = {}
     times: list[str] = []
     receipts: list[int] = []
-    for store in STORES:
+    merged: frozenset[str] | None = None
+    for store in FOLD_ORDER:
         writer = recorder.store(store)
         sealed = writer.checkpoint(signer)
         size = int(sealed.stem)
-        prefix = _store_prefix(writer, size)
+        prefix = _store_prefix(writer, size, merged)
+        if store == "audit":
+            merged = prefix.merges.merged_tasks()
         times.extend(t for t in (prefix.first_time, prefix.last_time) if t)
         members[store_member(run_id, store)] = _Source(path=writer.path, length=prefix.length)
         quarantine = _quarantine_lines(writer, prefix.recovered)
@@ -376,9 +392,11 @@ def receipt_for_path(
         if run_id not in available:
             raise ExportError(f"no run {run_id!r} in {runs_root}")
         with RunRecorder(state_dir, run_id, keys) as recorder:
+            audit = recorder.store("audit")
+            audit_prefix = _store_prefix(audit, int(audit.checkpoint(keys.note_signer()).stem))
             writer = recorder.store("lineage")
             sealed = writer.checkpoint(keys.note_signer())
-            prefix = _store_prefix(writer, int(sealed.stem))
+            prefix = _store_prefix(writer, int(sealed.stem), audit_prefix.merges.merged_tasks())
             match = [a for a in prefix.artifacts.final() if a.path == path]
             if not match:
                 continue

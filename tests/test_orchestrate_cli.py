@@ -97,3 +97,22 @@ def test_bad_plan_is_a_clear_error(tmp_path: Path) -> None:
     ran = _harness("run", tmp_path / "bad.toml", cwd=repo)
     assert ran.returncode == 1
     assert "nope" in ran.stderr and "Traceback" not in ran.stderr
+
+
+def test_usage_mistakes_are_errors_not_tracebacks(tmp_path: Path) -> None:
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    init = _harness("init", cwd=outside)
+    assert init.returncode == 1 and "not a git repository" in init.stderr
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    assert _harness("init", cwd=repo).returncode == 0
+    again = _harness("init", cwd=repo)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    (tmp_path / "plan.toml").write_text(PLAN)
+    (tmp_path / "caps.toml").write_text("[tools.edit]\ntags = ['nonsense']\n")
+    bad_caps = _harness("run", tmp_path / "plan.toml", "--capabilities", tmp_path / "caps.toml",
+                        cwd=repo)  # fmt: skip
+    assert bad_caps.returncode == 1 and "capabilities" in bad_caps.stderr
+    for result in (init, again, bad_caps):
+        assert "Traceback" not in result.stderr

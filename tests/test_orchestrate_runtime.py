@@ -340,3 +340,55 @@ def test_crash_mid_run_then_resume(tmp_path: Path) -> None:
     report = _verified(repo, keys, tmp_path)
     assert report.status.value == "verified", report.failure
     assert (repo / "quick.txt").exists()
+
+
+def test_receipts_vouch_for_merged_content_only(tmp_path: Path) -> None:
+    """break-add wrote calc.py but failed its gate: the receipt is for add-mul's merged version."""
+    from harness.receipts.bundle import receipt_for_path
+    from harness.receipts.keys import load_keys
+    from harness.verify.receipt import check_artifact, verify_receipt
+
+    result = run_demo(tmp_path / "demo")
+    keys = load_keys(result.repo / ".harness" / "keys")
+    _, data = receipt_for_path(result.repo / ".harness", keys, "calc.py")
+    receipt = verify_receipt(data)
+    check_artifact(receipt, (result.repo / "calc.py").read_bytes(), "calc.py")
+    assert receipt.record.body["task"] == "add-mul"
+
+
+def test_commits_made_by_the_agent_are_recorded_and_merged(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = make_keys()
+    adapter = _script(tmp_path, "committer.py", """
+        import pathlib, subprocess
+        pathlib.Path("self.txt").write_text("committed by the agent\\n")
+        env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "a",
+               "GIT_COMMITTER_EMAIL": "a@x", "PATH": "/usr/bin:/bin"}
+        subprocess.run(["git", "add", "-A"], env=env, check=True)
+        subprocess.run(["git", "commit", "-qm", "agent"], env=env, check=True)
+    """)  # fmt: skip
+    summary = _runtime(repo, _command_plan("t1", adapter), keys).run()
+    assert summary.states["t1"] is TaskState.DONE
+    paths = [r["body"]["path"] for r in _records(repo / ".harness", "r1", "lineage")]
+    assert paths == ["self.txt"]
+    assert (repo / "self.txt").exists()
+
+
+def test_a_failing_batch_does_not_take_the_run_down(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = make_keys()
+    global _MATRIX
+    _MATRIX = dataclasses.replace(
+        _MATRIX, adapters={**_MATRIX.adapters, "never-registered": NO_TAGS}
+    )
+    plan = _command_plan("t1", "never-registered")
+    plan["task"].append({**plan["task"][0], "id": "t2", "adapter": "scripted", "role": "s"})
+    summary = _runtime(repo, plan, keys).run()
+    assert summary.states["t1"] is TaskState.CANCELLED
+    assert summary.states["t2"] is TaskState.DONE
+    reasons = [r["body"]["reason"] for r in _records(repo / ".harness", "r1", "audit")
+               if r["kind"] == "task.transition" and r["body"]["task"] == "t1"]  # fmt: skip
+    assert any("UnknownAdapterError" in reason for reason in reasons)
+    assert _verified(repo, keys, tmp_path).status.value == "verified"

@@ -45,6 +45,7 @@ from .layout import (
     receipt_member,
     store_member,
 )
+from .lineage import FOLD_ORDER
 from .manifest import Manifest, StoreClaim, UnsupportedBundleError, parse_manifest
 from .merkle import verify_consistency
 from .note import open_note_signed_once, parse_verifier_key
@@ -73,6 +74,8 @@ from .storecheck import (
 )
 
 MANIFEST_LIMIT: Final = 64 << 20
+VERIFY_ORDER: Final = FOLD_ORDER
+"""Audit first: which tasks merged decides which lineage writes are final artifacts."""
 NOTE_LIMIT: Final = 64 << 10
 PROOF_LIMIT: Final = 1 << 20
 
@@ -244,12 +247,15 @@ class _Run:
         current = "records"
         try:
             for run in manifest.runs:
-                for store in STORES:
+                merged: frozenset[str] | None = None
+                for store in VERIFY_ORDER:
                     claim = run.stores[store]
                     current = "merkle-roots"
                     checkpoints = self._checkpoints(run.run, store, claim)
                     current = "records"
-                    result = self._verify_store(run.run, store, checkpoints)
+                    result = self._verify_store(run.run, store, checkpoints, merged)
+                    if store == "audit":
+                        merged = result.merges.merged_tasks()
                     current = "merkle-roots"
                     self._compare_claim(run.run, store, claim, result)
                     current = "records"
@@ -287,7 +293,13 @@ class _Run:
         self.checkpoints[(run_id, store)] = checkpoints
         return checkpoints
 
-    def _verify_store(self, run_id: str, store: str, checkpoints: list[Checkpoint]) -> StoreResult:
+    def _verify_store(
+        self,
+        run_id: str,
+        store: str,
+        checkpoints: list[Checkpoint],
+        merged: frozenset[str] | None,
+    ) -> StoreResult:
         member = store_member(run_id, store)
         progress = self.progress
         with self.archive.open(member) as stream:
@@ -298,6 +310,7 @@ class _Run:
                 run_id=run_id,
                 checkpoints=checkpoints,
                 progress=(lambda n: progress(member, n)) if progress else None,
+                merged_tasks=merged,
             )
 
     @staticmethod

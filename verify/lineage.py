@@ -1,15 +1,18 @@
 """The artifacts a run leaves behind: the latest write of every path not deleted afterwards.
 
 Receipts and attestations are about these *final* artifacts (what a merge gate compares with
-the files at head), one per path, while the lineage store keeps every write. Builder and
-verifier share this one definition so they can never disagree on which receipts must exist.
+the files at head), one per path, while the lineage store keeps every write. When the run was
+made by the runtime (its audit store declares tasks), only writes and deletes of tasks whose
+change was merged count: a failed task's writes stay in the lineage as evidence of what the
+agent did, but they never reached the repository, so no receipt vouches for them. Builder
+and verifier share this one definition so they can never disagree on which receipts exist.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +29,20 @@ class FinalArtifact:
 
 
 class FinalArtifacts:
-    """Folds lineage records, in order, into the final artifact per path."""
+    """Folds lineage records, in order, into the final artifact per path.
 
-    def __init__(self) -> None:
+    ``merged_tasks``: None when the run has no runtime records (every write counts), else the
+    tasks whose changes were merged (see ``MergeFacts``).
+    """
+
+    def __init__(self, merged_tasks: frozenset[str] | None = None) -> None:
         self._latest: dict[str, FinalArtifact] = {}
         self._writes: dict[str, int] = {}
+        self._merged = merged_tasks
 
     def apply(self, kind: str, seq: int, body: Mapping[str, Any]) -> None:
+        if self._merged is not None and body.get("task") not in self._merged:
+            return
         if kind == "artifact.write":
             path = body["path"]
             writes = self._writes.get(path, 0) + 1
@@ -50,6 +60,31 @@ class FinalArtifacts:
         elif kind == "artifact.delete":
             self._latest.pop(body["path"], None)
 
+    def current(self, path: str) -> FinalArtifact | None:
+        """The final artifact of ``path`` so far (None if none, or deleted)."""
+        return self._latest.get(path)
+
     def final(self) -> list[FinalArtifact]:
         """Final artifacts sorted by path."""
         return [self._latest[path] for path in sorted(self._latest)]
+
+
+FOLD_ORDER: Final = ("audit", "lineage", "replay", "control")
+"""Order in which builder and verifier fold a run's stores: audit before lineage."""
+
+
+class MergeFacts:
+    """Folds audit records into the set of merged tasks (None if no runtime records)."""
+
+    def __init__(self) -> None:
+        self.declared = False
+        self.merged: set[str] = set()
+
+    def apply(self, kind: str, body: Mapping[str, Any]) -> None:
+        if kind == "task.planned":
+            self.declared = True
+        elif kind == "merge.result" and body["merged"]:
+            self.merged.add(str(body["task"]))
+
+    def merged_tasks(self) -> frozenset[str] | None:
+        return frozenset(self.merged) if self.declared else None

@@ -22,7 +22,7 @@ from .canonical import parse_canonical
 from .chain import MacChain, derive_store_key
 from .checkpoint import Checkpoint
 from .errors import ChainError, CheckpointError, SchemaError, VerificationError
-from .lineage import FinalArtifacts
+from .lineage import FinalArtifacts, MergeFacts
 from .merkle import CompactRange
 from .records import HEX64_RE, MAX_LINE_BYTES, TIME_RE, parse_record_line, split_mac
 
@@ -83,6 +83,8 @@ class StoreResult:
     """(offset, length, sha256) of every ``store.recovered`` record, in order."""
     artifacts: FinalArtifacts = field(default_factory=FinalArtifacts)
     """For the lineage store: the final artifact per path."""
+    merges: MergeFacts = field(default_factory=MergeFacts)
+    """For the audit store: which tasks were merged (verify audit before lineage)."""
 
 
 def verify_store(
@@ -94,6 +96,7 @@ def verify_store(
     checkpoints: Sequence[Checkpoint],
     hmac_master: bytes | None = None,
     progress: Callable[[int], None] | None = None,
+    merged_tasks: frozenset[str] | None = None,
 ) -> StoreResult:
     """Verify one store's lines against already signature-checked checkpoints of that store.
 
@@ -123,13 +126,20 @@ def verify_store(
     if not sizes:
         raise CheckpointError(f"{member}: no signed checkpoint covers this store")
 
-    result = StoreResult(store=store, run=run_id, keyed=hmac_master is not None)
+    result = StoreResult(
+        store=store,
+        run=run_id,
+        keyed=hmac_master is not None,
+        artifacts=FinalArtifacts(merged_tasks),
+    )
     chain = MacChain(derive_store_key(hmac_master, store, run_id)) if hmac_master else None
     tree = CompactRange()
     append_leaf = tree.append
     kinds = result.kinds
     lineage = store == "lineage"
+    audit = store == "audit"
     artifacts = result.artifacts
+    merges = result.merges
     sha256 = hashlib.sha256
     last_time = ""
     if 0 in wanted:
@@ -153,6 +163,8 @@ def verify_store(
             kinds[record.kind] += 1
             if lineage:
                 artifacts.apply(record.kind, seq, record.body)
+            elif audit:
+                merges.apply(record.kind, record.body)
             if record.kind == "store.recovered":
                 body = record.body
                 result.recovered.append((body["offset"], body["length"], body["sha256"]))

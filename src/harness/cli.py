@@ -160,9 +160,13 @@ def init(
     repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
 ) -> None:
     """Create .harness/ (git-ignored via .git/info/exclude) and the operator keys."""
-    from harness.orchestrate.state import init_state
+    from harness.orchestrate.state import StateError, init_state
 
-    state, keys = init_state(repo)
+    try:
+        state, keys = init_state(repo)
+    except StateError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"state: {state}")
     typer.echo(f"signer key id: {keys.key_id}")
 
@@ -180,6 +184,8 @@ def run(
     capabilities: Annotated[Path | None, typer.Option(help="capabilities.toml (tool tags)")] = None,
 ) -> None:
     """Run (or resume) a plan: agents in worktrees, gates, merges, evidence."""
+    from harness.orchestrate.capabilities import CapabilityError
+    from harness.orchestrate.runtime import RunAbortedError
     from harness.orchestrate.state import StateError, run_plan
 
     try:
@@ -192,7 +198,7 @@ def run(
             logical_clock=logical_clock,
             capabilities=capabilities,
         )
-    except StateError as exc:
+    except (StateError, CapabilityError, RunAbortedError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"run {summary.run_id}: {summary.batches} batch(es)")
