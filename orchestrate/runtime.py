@@ -142,6 +142,12 @@ class Runtime:
             return False
         self.recorder.store("audit")  # opening recovers a torn tail first
         branches: dict[str, str] = {}
+        last = path.read_bytes().splitlines()[-1]
+        if parse_record_line(last, "audit", self.run_id).kind == "run.end":
+            raise RunAbortedError(
+                f"run {self.run_id} has already ended; start a new run (another --run id), or "
+                "replay it in a fresh checkout with the same keys (harness run --replay)"
+            )
         for line in path.read_bytes().splitlines():
             record = parse_record_line(line, "audit", self.run_id)
             body = record.body

@@ -116,3 +116,16 @@ def test_usage_mistakes_are_errors_not_tracebacks(tmp_path: Path) -> None:
     assert bad_caps.returncode == 1 and "capabilities" in bad_caps.stderr
     for result in (init, again, bad_caps):
         assert "Traceback" not in result.stderr
+
+
+def test_a_finished_run_is_not_resumed(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (tmp_path / "plan.toml").write_text(PLAN)
+    assert _harness("init", cwd=repo).returncode == 0
+    assert _harness("run", tmp_path / "plan.toml", "--run", "r1", cwd=repo).returncode == 0
+    audit = repo / ".harness" / "runs" / "r1" / "audit.jsonl"
+    before = audit.read_bytes()
+    again = _harness("run", tmp_path / "plan.toml", "--run", "r1", cwd=repo)
+    assert again.returncode == 1 and "already ended" in again.stderr
+    assert audit.read_bytes() == before
