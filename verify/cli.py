@@ -28,7 +28,7 @@ EXIT_CODES_HELP: Final = (
     "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
     "input."
 )
-SUBCOMMANDS: Final = frozenset({"bundle", "receipt"})
+SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate"})
 
 app = typer.Typer(
     name="harness-verify",
@@ -188,6 +188,80 @@ def receipt_command(
     else:
         sys.stdout.write(outcome.to_text() + "\n")
     raise typer.Exit(int(outcome.exit_code))
+
+
+class GateFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    SARIF = "sarif"
+    MARKDOWN = "markdown"
+
+
+GATE_EXIT_HELP: Final = (
+    "Exit codes: 0 every changed file covered and the bundle verified and trusted; 1 a file "
+    "uncovered or the bundle invalid; 2 usage error (bad ref, not a git repository); 3 bundle "
+    "verified but signer not pinned; 4 bundle unreadable."
+)
+
+
+@app.command("gate", epilog=GATE_EXIT_HELP)
+def gate_command(
+    bundle: Annotated[
+        Path, typer.Argument(help="bundle.tar or bundle.tar.gz holding the evidence")
+    ],
+    base: Annotated[str, typer.Option(help="Base commit of the change (e.g. the PR base SHA).")],
+    head: Annotated[str, typer.Option(help="Head commit of the change.")] = "HEAD",
+    repo: Annotated[
+        Path | None, typer.Option(help="Repository checkout (default: working directory).")
+    ] = None,
+    trusted_key: Annotated[
+        list[str] | None,
+        typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
+    ] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
+    fmt: Annotated[GateFormat, typer.Option("--format", help="Report format.")] = GateFormat.TEXT,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")
+    ] = None,
+    summary: Annotated[
+        Path | None,
+        typer.Option(help="Append a markdown table to this file (e.g. $GITHUB_STEP_SUMMARY)."),
+    ] = None,
+) -> None:
+    """Merge gate: pass only if every file changed between --base and --head is covered by a
+    merged, attested agent write (or delete) in a verified bundle signed by a pinned key."""
+    from .gate import GateUsageError, render_gate, render_gate_text, render_markdown, run_gate
+
+    cwd = Path.cwd()
+    where = cwd if repo is None else (repo if repo.is_absolute() else cwd / repo)
+    try:
+        pins = resolve_policy(trusted_key or [], policy, where if repo is not None else cwd)
+    except PolicyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    try:
+        report = run_gate(where, base, head, bundle, pins)
+    except GateUsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    document = render_gate(report, fmt.value)
+    if summary is not None:
+        try:
+            with summary.open("a", encoding="utf-8") as handle:
+                handle.write(render_markdown(report) + "\n")
+        except OSError as exc:
+            typer.echo(f"error: cannot write {summary}: {exc.strerror}", err=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+    if output is not None:
+        try:
+            output.write_text(document, encoding="utf-8")
+        except OSError as exc:
+            typer.echo(f"error: cannot write {output}: {exc.strerror}", err=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+        typer.echo(render_gate_text(report), err=True, nl=False)
+    else:
+        sys.stdout.write(document)
+    raise typer.Exit(int(report.exit_code))
 
 
 @app.callback()

@@ -1,0 +1,39 @@
+"""Every benchmark still runs and prints one JSON line (tiny sizes: figures are not checked).
+
+Benchmarks are measured by hand (their figures go in closing notes), never asserted; this only
+keeps them from rotting when the APIs they drive change.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["evidence.py", "--records", "300", "--batch", "100"],
+        ["bundle.py", "--records", "300"],
+        ["receipts.py", "--artifacts", "20", "--min-seconds", "0.05"],
+        ["scheduler.py", "--tasks", "300"],
+        ["runtime.py", "--tasks", "3"],
+        ["crash_stress.py", "--rounds", "5"],
+    ],
+    ids=lambda args: args[0],
+)
+def test_benchmark_prints_one_json_line(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / args[0]), *args[1:]],
+        cwd=BENCH, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    assert isinstance(json.loads(lines[0]), dict)

@@ -1,0 +1,559 @@
+"""``harness-verify gate``: may this change merge? Every changed file must be vouched for.
+
+``run_gate(repo, base, head, bundle, pins)`` passes only if
+
+1. the bundle verifies completely (``verify_bundle``: archive, signatures, records, Merkle
+   roots, consistency proofs, every receipt, semantics) **and** its signer is pinned by the
+   policy; otherwise the gate fails with the bundle's verdict (untrusted: exit 3; unreadable:
+   exit 4; invalid or empty: exit 1);
+2. every file changed between ``base`` and ``head`` (``git diff-tree``, renames split into a
+   delete and an add) is covered by the bundle:
+
+   * added, modified or type-changed: a *final artifact* of the path exists (the latest write
+     of a task whose change was merged, across every run of the bundle, latest record time
+     wins) and its SHA-256 equals the blob at ``head``;
+   * deleted: the last merged action of the bundle on the path is an ``artifact.delete``.
+
+The producing task passed its gates: final artifacts only count tasks whose change was merged
+(``MergeFacts``/``FinalArtifacts``, the same definition the receipts use), and the verifier's
+semantics check refuses a bundle in which a task merged without passing its gates. Every final
+artifact has a verified receipt included in a signed checkpoint (the ``receipts`` check), so a
+covered file is covered by a receipt signed by a pinned key.
+
+Git runs as a subprocess with no system or global config, hooks and fsmonitor disabled, no
+external diff or textconv, and no ``GIT_*`` variable inherited from the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import quote
+
+from .archive import ArchiveError, open_bundle_archive
+from .errors import VerificationError
+from .layout import store_member
+from .lineage import FinalArtifacts, MergeFacts
+from .policy import TrustPolicy
+from .records import parse_record_line
+from .report import EXIT_CODES, ExitCode, Report, Status
+from .storecheck import iter_store_lines
+
+GATE_FORMAT: Final = "harness-verify/gate-report"
+GATE_VERSION: Final = 1
+SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
+GIT_TIMEOUT_S: Final = 300
+GATE_FORMATS: Final = ("text", "json", "sarif", "markdown")
+
+NO_RECEIPT: Final = "no receipt for this file"
+CONTENT_DIFFERS: Final = (
+    "content differs from the attested write (edited after the agent wrote it?)"
+)
+DELETION_NOT_ATTESTED: Final = "deletion not attested"
+
+_GIT_CONFIG: Final = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "diff.external=",
+    "-c",
+    "core.quotePath=false",
+)
+_NULL_OID: Final = frozenset("0")
+_CHANGE_NAMES: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "type-changed"}
+
+Verdict = Literal["covered", "uncovered"]
+
+
+class GateUsageError(Exception):
+    """Bad refs, not a git repository, git missing: the CLI maps it to exit code 2."""
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    path: str
+    change: str
+    """Git status letter: A (added), M (modified), D (deleted), T (type changed)."""
+    verdict: Verdict
+    reason: str
+    run: str | None = None
+    task: str | None = None
+    seq: int | None = None
+    """Lineage record that vouches for the file (or the closest one found)."""
+
+
+@dataclass
+class GateReport:
+    passed: bool
+    bundle_status: Status
+    reason: str
+    files: list[FileVerdict] = field(default_factory=list)
+    bundle: str = ""
+    base: str = ""
+    head: str = ""
+    signer_key_id: str | None = None
+    trusted_by: str | None = None
+    verifier_version: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.bundle_status is not Status.VERIFIED:
+            return EXIT_CODES[self.bundle_status]
+        return ExitCode.VERIFIED if self.passed else ExitCode.INVALID
+
+    @property
+    def uncovered(self) -> list[FileVerdict]:
+        return [entry for entry in self.files if entry.verdict == "uncovered"]
+
+
+# ---- git -------------------------------------------------------------------------------------
+
+
+def _git_env() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+    )
+    return env
+
+
+def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    argv = ["git", *_GIT_CONFIG, *args]
+    try:
+        done = subprocess.run(
+            argv,
+            cwd=repo,
+            env=_git_env(),
+            input=stdin,
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise GateUsageError("git is not installed or not on PATH") from None
+    except NotADirectoryError:
+        raise GateUsageError(f"{repo} is not a directory") from None
+    except subprocess.TimeoutExpired:
+        raise GateUsageError(f"git {args[0]} timed out after {GIT_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise GateUsageError(
+            f"git {args[0]} failed: {message[-1] if message else f'exit {done.returncode}'}"
+        )
+    return done.stdout
+
+
+def resolve_commit(repo: Path, ref: str) -> str:
+    """The commit id ``ref`` names in ``repo``; GateUsageError if it names no commit."""
+    if not ref or ref.startswith("-"):
+        raise GateUsageError(f"invalid ref {ref!r}")
+    if not repo.is_dir():
+        raise GateUsageError(f"{repo} is not a directory")
+    try:
+        _git(repo, "rev-parse", "--git-dir")
+    except GateUsageError:
+        raise GateUsageError(f"{repo} is not a git repository") from None
+    try:
+        out = _git(
+            repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"
+        )
+    except GateUsageError:
+        raise GateUsageError(
+            f"ref {ref!r} does not name a commit in {repo} "
+            "(with actions/checkout, fetch the history: fetch-depth: 0)"
+        ) from None
+    return out.decode("ascii").strip()
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    status: str
+    new_mode: str
+    new_oid: str
+
+
+def changed_files(repo: Path, base: str, head: str) -> list[Change]:
+    """Files changed between two commits (ids), renames split into delete + add, sorted."""
+    out = _git(
+        repo,
+        "diff-tree",
+        "-r",
+        "-z",
+        "--no-renames",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--raw",
+        base,
+        head,
+    )
+    fields = out.split(b"\0")
+    changes: list[Change] = []
+    index = 0
+    while index + 1 < len(fields):
+        meta, raw_path = fields[index], fields[index + 1]
+        index += 2
+        if not meta.startswith(b":"):
+            raise GateUsageError(f"unexpected git diff-tree output: {meta[:80]!r}")
+        _old_mode, new_mode, _old_oid, new_oid, status = meta[1:].decode("ascii").split(" ")
+        path = raw_path.decode("utf-8", "surrogateescape")
+        changes.append(Change(path, status[:1], new_mode, new_oid))
+    return sorted(changes, key=lambda change: change.path)
+
+
+def _blob_digests(repo: Path, oids: list[str]) -> dict[str, str]:
+    """SHA-256 (hex) of each blob, read with one ``git cat-file --batch``."""
+    if not oids:
+        return {}
+    out = _git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in oids).encode())
+    digests: dict[str, str] = {}
+    position = 0
+    for oid in oids:
+        end = out.index(b"\n", position)
+        header = out[position:end].decode("ascii").split(" ")
+        if len(header) != 3 or header[1] != "blob":
+            raise GateUsageError(f"git cat-file: {oid} is not a blob ({' '.join(header)})")
+        size = int(header[2])
+        body = out[end + 1 : end + 1 + size]
+        digests[oid] = hashlib.sha256(body).hexdigest()
+        position = end + 1 + size + 1
+    return digests
+
+
+# ---- the bundle's attested actions ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attested:
+    """The last merged action of the bundle on one path."""
+
+    path: str
+    kind: str
+    """``artifact.write`` (``sha256``: the final artifact digest) or ``artifact.delete``."""
+    sha256: str | None
+    run: str
+    task: str
+    seq: int
+    time: str
+
+
+def attested_actions(bundle: Path, run_ids: list[str]) -> dict[str, Attested]:
+    """Per path, the latest merged write or delete across the runs of a verified bundle."""
+    latest: dict[str, Attested] = {}
+    with open_bundle_archive(bundle) as archive:
+        for run_id in run_ids:
+            merges = MergeFacts()
+            member = store_member(run_id, "audit")
+            with archive.open(member) as stream:
+                for line in iter_store_lines(stream, member):
+                    record = parse_record_line(line, "audit", run_id)
+                    merges.apply(record.kind, record.body)
+            merged = merges.merged_tasks()
+            finals = FinalArtifacts(merged)
+            member = store_member(run_id, "lineage")
+            with archive.open(member) as stream:
+                for line in iter_store_lines(stream, member):
+                    record = parse_record_line(line, "lineage", run_id)
+                    if record.kind not in ("artifact.write", "artifact.delete"):
+                        continue
+                    finals.apply(record.kind, record.seq, record.body)
+                    if merged is not None and record.body.get("task") not in merged:
+                        continue
+                    path = str(record.body["path"])
+                    final = finals.current(path)
+                    action = Attested(
+                        path,
+                        record.kind,
+                        final.sha256 if final is not None else None,
+                        run_id,
+                        str(record.body.get("task", "")),
+                        record.seq,
+                        record.time,
+                    )
+                    previous = latest.get(path)
+                    if previous is None or (previous.time, previous.run, previous.seq) <= (
+                        action.time,
+                        action.run,
+                        action.seq,
+                    ):
+                        latest[path] = action
+    return latest
+
+
+# ---- the gate --------------------------------------------------------------------------------
+
+
+def _judge(change: Change, digest: str | None, action: Attested | None) -> FileVerdict:
+    where: dict[str, Any] = {}
+    if action is not None:
+        where = {"run": action.run, "task": action.task, "seq": action.seq}
+    if change.status == "D":
+        if action is not None and action.kind == "artifact.delete":
+            return FileVerdict(
+                change.path, "D", "covered", "deleted by a merged agent task", **where
+            )
+        reason = DELETION_NOT_ATTESTED
+        if action is not None:
+            reason += " (the bundle's last attested action on this path is a write)"
+        return FileVerdict(change.path, "D", "uncovered", reason, **where)
+    if change.status not in ("A", "M", "T"):
+        return FileVerdict(change.path, change.status, "uncovered", "unsupported change type")
+    if change.new_mode == "160000":
+        return FileVerdict(
+            change.path, change.status, "uncovered", "submodule changes cannot be attested"
+        )
+    if action is None:
+        return FileVerdict(change.path, change.status, "uncovered", NO_RECEIPT)
+    if action.kind == "artifact.delete":
+        return FileVerdict(
+            change.path,
+            change.status,
+            "uncovered",
+            NO_RECEIPT + " (the bundle's last attested action on this path deletes it)",
+            **where,
+        )
+    if digest is not None and action.sha256 == digest:
+        return FileVerdict(
+            change.path,
+            change.status,
+            "covered",
+            f"sha256 {digest[:12]}… matches the final write of task {action.task}",
+            **where,
+        )
+    return FileVerdict(change.path, change.status, "uncovered", CONTENT_DIFFERS, **where)
+
+
+def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) -> GateReport:
+    """Judge every file changed between ``base`` and ``head`` against a verified bundle.
+
+    Raises GateUsageError when ``repo`` is not a git repository or a ref names no commit.
+    """
+    from .bundle import verify_bundle
+
+    base_id = resolve_commit(repo, base)
+    head_id = resolve_commit(repo, head)
+    changes = changed_files(repo, base_id, head_id)
+    verified: Report = verify_bundle(bundle, pins=pins)
+    report = GateReport(
+        passed=False,
+        bundle_status=verified.status,
+        reason="",
+        bundle=str(bundle),
+        base=base_id,
+        head=head_id,
+        signer_key_id=verified.signer_key_id,
+        trusted_by=verified.trusted_by,
+        verifier_version=verified.verifier_version,
+    )
+    if verified.status is not Status.VERIFIED:
+        failure = verified.failure
+        detail = f"{failure.check}: {failure.reason}" if failure is not None else "not verified"
+        report.reason = f"bundle {verified.status.value}: {detail}"
+        report.files = [
+            FileVerdict(c.path, c.status, "uncovered", "no trusted evidence: " + report.reason)
+            for c in changes
+        ]
+        return report
+    run_ids = sorted({store.run for store in verified.stores})
+    try:
+        actions = attested_actions(bundle, run_ids)
+    except (ArchiveError, VerificationError, OSError) as exc:  # changed since it was verified
+        report.bundle_status = Status.UNREADABLE
+        report.reason = f"bundle unreadable on second pass: {exc}"
+        return report
+    blobs = [
+        c.new_oid
+        for c in changes
+        if c.status != "D" and c.new_mode != "160000" and set(c.new_oid) != _NULL_OID
+    ]
+    digests = _blob_digests(repo, sorted(set(blobs)))
+    report.files = [
+        _judge(change, digests.get(change.new_oid), actions.get(change.path)) for change in changes
+    ]
+    uncovered = report.uncovered
+    report.passed = not uncovered
+    if uncovered:
+        names = ", ".join(entry.path for entry in uncovered[:5])
+        more = f" and {len(uncovered) - 5} more" if len(uncovered) > 5 else ""
+        report.reason = f"{len(uncovered)} of {len(changes)} changed files uncovered: {names}{more}"
+    else:
+        report.reason = (
+            f"all {len(changes)} changed files are covered by the bundle signed by "
+            f"{verified.signer_key_id} (pinned by {verified.trusted_by})"
+        )
+    return report
+
+
+# ---- renderers -------------------------------------------------------------------------------
+
+
+def render_gate_text(report: GateReport) -> str:
+    lines = [
+        f"harness-verify gate: {'PASSED' if report.passed else 'FAILED'} - {report.reason}",
+        f"  bundle: {report.bundle} ({report.bundle_status.value})",
+        f"  changes: {report.base[:12]}..{report.head[:12]} ({len(report.files)} files)",
+    ]
+    for entry in report.files:
+        evidence = (
+            f" [run {entry.run} task {entry.task} seq {entry.seq}]" if entry.run is not None else ""
+        )
+        lines.append(f"  {entry.verdict:<9} {entry.change} {entry.path}: {entry.reason}{evidence}")
+    return "\n".join(lines) + "\n"
+
+
+def gate_to_dict(report: GateReport) -> dict[str, Any]:
+    return {
+        "format": GATE_FORMAT,
+        "version": GATE_VERSION,
+        "passed": report.passed,
+        "exit_code": int(report.exit_code),
+        "reason": report.reason,
+        "bundle": report.bundle,
+        "bundle_status": report.bundle_status.value,
+        "signer_key_id": report.signer_key_id,
+        "trusted_by": report.trusted_by,
+        "base": report.base,
+        "head": report.head,
+        "verifier_version": report.verifier_version,
+        "files": [
+            {
+                "path": entry.path,
+                "change": entry.change,
+                "verdict": entry.verdict,
+                "reason": entry.reason,
+                "run": entry.run,
+                "task": entry.task,
+                "seq": entry.seq,
+            }
+            for entry in report.files
+        ],
+    }
+
+
+def render_gate_json(report: GateReport) -> str:
+    return json.dumps(gate_to_dict(report), indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+
+
+def _uri(path: str) -> str:
+    return quote(path.encode("utf-8", "surrogateescape"), safe="/:@")
+
+
+_RULES: Final = (
+    ("uncovered-file", "a changed file is not covered by an attested, merged agent write"),
+    ("bundle", "the evidence bundle verifies and its signer is pinned"),
+)
+
+
+def render_gate_sarif(report: GateReport) -> str:
+    """SARIF 2.1.0: one error per uncovered file (located at the file), one for the bundle."""
+    rules = [
+        {"id": rule, "shortDescription": {"text": text}, "defaultConfiguration": {"level": "error"}}
+        for rule, text in _RULES
+    ]
+    results: list[dict[str, Any]] = []
+    if report.bundle_status is not Status.VERIFIED:
+        results.append(
+            {
+                "ruleId": "bundle",
+                "ruleIndex": 1,
+                "level": "error",
+                "message": {"text": report.reason},
+                "locations": [
+                    {"physicalLocation": {"artifactLocation": {"uri": _uri(report.bundle)}}}
+                ],
+            }
+        )
+    for entry in report.uncovered:
+        result: dict[str, Any] = {
+            "ruleId": "uncovered-file",
+            "ruleIndex": 0,
+            "level": "error",
+            "message": {
+                "text": f"{entry.path} ({_CHANGE_NAMES.get(entry.change, entry.change)})"
+                f": {entry.reason}"
+            },
+            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(entry.path)}}}],
+        }
+        if entry.seq is not None:
+            result["properties"] = {"run": entry.run, "task": entry.task, "seq": entry.seq}
+        results.append(result)
+    driver: dict[str, Any] = {"name": "harness-verify gate", "rules": rules}
+    if report.verifier_version:
+        driver["version"] = report.verifier_version
+    document = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": driver},
+                "invocations": [
+                    {
+                        "executionSuccessful": report.bundle_status is not Status.UNREADABLE,
+                        "exitCode": int(report.exit_code),
+                    }
+                ],
+                "results": results,
+            }
+        ],
+    }
+    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+
+
+def _md(value: object) -> str:
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+    return " ".join(text.replace("<", "&lt;").replace(">", "&gt;").split())
+
+
+def render_markdown(report: GateReport) -> str:
+    """A GitHub job-summary section: verdict, reason, one table row per changed file."""
+    mark = "✅ passed" if report.passed else "❌ failed"
+    lines = [
+        f"### harness-verify gate: {mark}",
+        "",
+        _md(report.reason),
+        "",
+        f"Bundle `{_md(report.bundle)}`: **{report.bundle_status.value}**"
+        + (f", signer `{report.signer_key_id}`" if report.signer_key_id else ""),
+        "",
+    ]
+    if report.files:
+        lines += [
+            "| File | Change | Verdict | Reason | Evidence |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for entry in report.files:
+            icon = "✅" if entry.verdict == "covered" else "❌"
+            evidence = (
+                f"run {_md(entry.run)}, task {_md(entry.task)}, seq {entry.seq}"
+                if entry.run is not None
+                else ""
+            )
+            lines.append(
+                f"| {_md(entry.path)} | {_CHANGE_NAMES.get(entry.change, entry.change)} "
+                f"| {icon} {entry.verdict} | {_md(entry.reason)} | {evidence} |"
+            )
+    else:
+        lines.append("No files changed.")
+    return "\n".join(lines) + "\n"
+
+
+def render_gate(report: GateReport, fmt: str) -> str:
+    if fmt == "text":
+        return render_gate_text(report)
+    if fmt == "json":
+        return render_gate_json(report)
+    if fmt == "sarif":
+        return render_gate_sarif(report)
+    if fmt == "markdown":
+        return render_markdown(report)
+    raise ValueError(f"unknown gate report format {fmt!r}: expected one of {GATE_FORMATS}")
