@@ -41,12 +41,12 @@ from .layout import store_member
 from .lineage import FinalArtifacts, MergeFacts
 from .policy import TrustPolicy
 from .records import parse_record_line
+from .render import sarif_document
 from .report import EXIT_CODES, ExitCode, Report, Status
 from .storecheck import iter_store_lines
 
 GATE_FORMAT: Final = "harness-verify/gate-report"
 GATE_VERSION: Final = 1
-SARIF_SCHEMA: Final = "https://json.schemastore.org/sarif-2.1.0.json"
 GIT_TIMEOUT_S: Final = 300
 GATE_FORMATS: Final = ("text", "json", "sarif", "markdown")
 
@@ -487,26 +487,14 @@ def render_gate_sarif(report: GateReport) -> str:
         if entry.seq is not None:
             result["properties"] = {"run": entry.run, "task": entry.task, "seq": entry.seq}
         results.append(result)
-    driver: dict[str, Any] = {"name": "harness-verify gate", "rules": rules}
-    if report.verifier_version:
-        driver["version"] = report.verifier_version
-    document = {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {"driver": driver},
-                "invocations": [
-                    {
-                        "executionSuccessful": report.bundle_status is not Status.UNREADABLE,
-                        "exitCode": int(report.exit_code),
-                    }
-                ],
-                "results": results,
-            }
-        ],
-    }
-    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+    return sarif_document(
+        "harness-verify gate",
+        report.verifier_version,
+        rules,
+        results,
+        successful=report.bundle_status is not Status.UNREADABLE,
+        exit_code=int(report.exit_code),
+    )
 
 
 def _md(value: object) -> str:

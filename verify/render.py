@@ -480,21 +480,36 @@ def render_sarif(report: Report) -> str:
         if failure is not None and failure.seq is not None:
             result["properties"] = {"seq": failure.seq}
         results.append(result)
-    driver: dict[str, Any] = {"name": TOOL_NAME, "rules": rules}
-    if report.verifier_version:
-        driver["version"] = report.verifier_version
+    return sarif_document(
+        TOOL_NAME,
+        report.verifier_version,
+        rules,
+        results,
+        successful=report.status is not Status.UNREADABLE,
+        exit_code=int(report.exit_code),
+    )
+
+
+def sarif_document(
+    tool: str,
+    version: str,
+    rules: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    *,
+    successful: bool,
+    exit_code: int,
+) -> str:
+    """One SARIF 2.1.0 run of ``tool`` (shared by the bundle and gate reports)."""
+    driver: dict[str, Any] = {"name": tool, "rules": rules}
+    if version:
+        driver["version"] = version
     document = {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
         "runs": [
             {
                 "tool": {"driver": driver},
-                "invocations": [
-                    {
-                        "executionSuccessful": report.status is not Status.UNREADABLE,
-                        "exitCode": int(report.exit_code),
-                    }
-                ],
+                "invocations": [{"executionSuccessful": successful, "exitCode": exit_code}],
                 "results": results,
             }
         ],
