@@ -80,18 +80,68 @@ def record(
 
 @app.command("export")
 def export(
-    out: Annotated[Path, typer.Argument(help="bundle.tar or bundle.tar.gz to write")],
+    out: Annotated[
+        Path,
+        typer.Argument(
+            help="bundle.tar or bundle.tar.gz to write (with --eu-ai-act: the pack folder or .tar)"
+        ),
+    ],
     run_ids: Annotated[
         list[str] | None, typer.Option("--run", help="Run id to export (repeatable; default all).")
     ] = None,
     state: Annotated[Path, typer.Option("--state", help="state folder")] = Path(".harness"),
     keys_dir: Annotated[Path | None, typer.Option("--keys", help="keys folder")] = None,
+    eu_ai_act: Annotated[
+        bool,
+        typer.Option(
+            "--eu-ai-act",
+            help="Write an EU AI Act Art. 12 evidence pack to OUT (a folder, or a .tar).",
+        ),
+    ] = False,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Pack: runs with records at or after this time.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Pack: runs with records at or before this time.")
+    ] = None,
+    controller: Annotated[
+        str, typer.Option("--controller", help="Pack: who keeps the logs (retention statement).")
+    ] = "the operator of this harness",
+    retention_days: Annotated[
+        int, typer.Option("--retention-days", help="Pack: retention period (at least 183 days).")
+    ] = 183,
 ) -> None:
     """Seal every store with a fresh checkpoint and write a signed, deterministic bundle."""
     from harness.receipts.bundle import ExportError, export_bundle
     from harness.receipts.keys import KeyFileError, load_keys
     from harness.receipts.store import StoreError
 
+    if eu_ai_act:
+        from harness.receipts.euaiact import export_pack
+
+        try:
+            keys = load_keys(keys_dir or state / "keys")
+            pack = export_pack(
+                state,
+                out,
+                keys,
+                since=since,
+                until=until,
+                controller=controller,
+                retention_days=retention_days,
+                run_ids=run_ids,
+            )
+        except (KeyFileError, StoreError, ExportError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        typer.echo(
+            f"wrote EU AI Act evidence pack {pack.path.absolute()}: {len(pack.runs)} run(s), "
+            f"bundle {pack.status}, signer key id {pack.key_id}"
+        )
+        return
+    if since or until:
+        typer.echo("error: --since/--until apply to --eu-ai-act packs only", err=True)
+        raise typer.Exit(2)
     try:
         keys = load_keys(keys_dir or state / "keys")
         result = export_bundle(state, out, keys, run_ids)
