@@ -16,8 +16,6 @@ so nothing is duplicated and nothing acknowledged is lost.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +37,7 @@ from .gates import run_gates
 from .model import Batch, Plan, TaskSpec
 from .plan import in_scope
 from .proc import run_process
-from .replay import Journal, call_key
+from .replay import Journal, call_key, text_sha256
 from .scheduler import TaskTable, choose_batches, is_quiescent, promotions
 from .scripted_agent import write_scripted_workfile
 
@@ -403,8 +401,8 @@ class Runtime:
                     "adapter": call.adapter,
                     "key": call_key(call.adapter, call.model, call.request, call.parameters),
                     "model": call.model,
-                    "request_sha256": _sha(call.request),
-                    "response_sha256": _sha(call.response),
+                    "request_sha256": text_sha256(call.request),
+                    "response_sha256": text_sha256(call.response),
                 },
             )
             for call in output.model_calls
@@ -539,12 +537,6 @@ class Runtime:
         return problems
 
 
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def task_states(state_dir: Path, run_id: str) -> dict[str, str]:
     """Current task states of a run, read from its audit store (for `harness status`)."""
     path = run_dir(state_dir, run_id) / "audit.jsonl"
@@ -561,11 +553,3 @@ def task_states(state_dir: Path, run_id: str) -> dict[str, str]:
         elif obj.get("kind") == "task.transition":
             states[obj["body"]["task"]] = obj["body"]["to"]
     return states
-
-
-def clean_work(folder: Path) -> None:
-    if folder.exists():
-        shutil.rmtree(folder)
-
-
-__all__ = ["RunSummary", "Runtime", "clean_work", "json", "task_states"]

@@ -28,7 +28,7 @@ from typing import Any, Final
 from harness.verify.canonical import canonical_bytes, encode_checked
 from harness.verify.chain import MacChain, derive_store_key
 from harness.verify.errors import ChainError, SchemaError, VerificationError
-from harness.verify.merkle import CompactRange
+from harness.verify.merkle import CompactRange, leaf_hash
 from harness.verify.records import (
     MAX_LINE_BYTES,
     RUN_ID_RE,
@@ -192,7 +192,7 @@ class StoreWriter:
                 f"refusing to append to {self.path}: record {self._tree.size} does not verify: "
                 f"{exc}"
             ) from None
-        self._tree.append(hashlib.sha256(b"\x00" + line).digest())
+        self._tree.append(leaf_hash(line))
         self._last_time = record.time
         self._end += len(line) + 1
 
@@ -271,7 +271,7 @@ class StoreWriter:
                     f"{self.store} record {seq}: {len(line)} bytes, over the {MAX_LINE_BYTES}-byte "
                     "line limit readers enforce"
                 )
-            results.append(Appended(seq, mac.hex(), hashlib.sha256(b"\x00" + line).digest(), line))
+            results.append(Appended(seq, mac.hex(), leaf_hash(line), line))
             seq += 1
         return results
 

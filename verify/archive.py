@@ -36,8 +36,6 @@ class Limits:
     max_members: int = 100_000
     max_member_bytes: int = 4 << 30
     max_total_bytes: int = 16 << 30
-    max_small_member_bytes: int = 1 << 20
-    """JSON documents and notes (manifest, checkpoints, proofs) are read whole up to this."""
 
 
 MEMBER_NAME_RE: Final = re.compile(

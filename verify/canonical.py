@@ -142,15 +142,15 @@ def parse_strict_json(data: bytes, *, allow_floats: bool = False) -> Any:
     return value
 
 
-def contains_float(value: Any, depth: int = 0) -> bool:
+def contains_float(value: Any) -> bool:
     """True if a float sits anywhere in ``value`` (a decoded JSON value)."""
     kind = type(value)
     if kind is float:
         return True
     if kind is dict:
-        return any(contains_float(item, depth + 1) for item in value.values())
+        return any(contains_float(item) for item in value.values())
     if kind is list:
-        return any(contains_float(item, depth + 1) for item in value)
+        return any(contains_float(item) for item in value)
     return False
 
 

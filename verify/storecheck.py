@@ -27,7 +27,7 @@ from .merkle import CompactRange
 from .records import HEX64_RE, MAX_LINE_BYTES, TIME_RE, parse_record_line, split_mac
 
 ORIGIN_PREFIX: Final = "harness-verify/v1/"
-_LEAF_PREFIX: Final = b"\x00"
+_LEAF_PREFIX: Final = b"\x00"  # merkle.leaf_hash, inlined in the per-record loop below
 
 
 def checkpoint_origin(run_id: str, store: str) -> str:
