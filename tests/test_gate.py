@@ -34,10 +34,9 @@ from harness.verify.gate import (
     NO_RECEIPT,
     GateReport,
     GateUsageError,
-    render_gate_sarif,
-    render_markdown,
     run_gate,
 )
+from harness.verify.gate_render import render_gate_sarif, render_markdown
 from harness.verify.policy import EMPTY_POLICY, TrustPolicy
 from harness.verify.report import ExitCode, Status
 

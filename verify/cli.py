@@ -230,7 +230,8 @@ def gate_command(
 ) -> None:
     """Merge gate: pass only if every file changed between --base and --head is covered by a
     merged, attested agent write (or delete) in a verified bundle signed by a pinned key."""
-    from .gate import GateUsageError, render_gate, render_gate_text, render_markdown, run_gate
+    from .gate import GateUsageError, run_gate
+    from .gate_render import render_gate, render_gate_text, render_markdown
 
     cwd = Path.cwd()
     where = cwd if repo is None else (repo if repo.is_absolute() else cwd / repo)
