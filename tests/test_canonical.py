@@ -25,8 +25,8 @@ JCS_CASES = ["arrays", "french", "structures", "values"]
 
 
 @pytest.mark.parametrize("case", JCS_CASES)
-def test_cyberphone_vectors(shared_vectors: Path, case: str) -> None:
-    folder = shared_vectors / "cyberphone-json-canonicalization"
+def test_cyberphone_vectors(third_party_vectors: Path, case: str) -> None:
+    folder = third_party_vectors / "cyberphone-json-canonicalization"
     source = (folder / "input" / f"{case}.json").read_bytes()
     expected = (folder / "output" / f"{case}.json").read_bytes()
     hex_bytes = bytes.fromhex((folder / "outhex" / f"{case}.txt").read_text())

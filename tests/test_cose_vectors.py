@@ -1,4 +1,4 @@
-"""Third-party COSE_Sign1 vectors: cose-wg/Examples, veraison/go-cose (shared/vectors/SOURCES.md).
+"""Third-party COSE_Sign1 vectors: cose-wg/Examples, veraison/go-cose (third_party/SOURCES.md).
 
 Keys are built from the vectors' JWK / hex fields with ``cryptography``; expected results come
 from the files (``fail`` / ``shouldVerify``), never from our own code.
@@ -75,8 +75,8 @@ def _cose_wg(root: Path, name: str) -> tuple[bytes, Any, bytes, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", ["eddsa", "c21", "ecdsa", "pass02"])
-def test_cose_wg_pass(shared_vectors: Path, name: str) -> None:
-    message, key, aad, data = _cose_wg(shared_vectors, name)
+def test_cose_wg_pass(third_party_vectors: Path, name: str) -> None:
+    message, key, aad, data = _cose_wg(third_party_vectors, name)
     assert not data.get("fail", False)
     payload = verify_sign1(message, key, external_aad=aad)
     assert payload == data["input"]["plaintext"].encode()
@@ -87,21 +87,21 @@ def test_cose_wg_pass(shared_vectors: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["c21", "ecdsa", "pass02"])
-def test_cose_wg_es256_wrong_aad_fails(shared_vectors: Path, name: str) -> None:
-    message, key, aad, _ = _cose_wg(shared_vectors, name)
+def test_cose_wg_es256_wrong_aad_fails(third_party_vectors: Path, name: str) -> None:
+    message, key, aad, _ = _cose_wg(third_party_vectors, name)
     with pytest.raises(CoseSignatureError):
         verify_sign1(message, key, external_aad=aad + b"x")
 
 
-def test_cose_wg_sign_pass_02_needs_its_external_aad(shared_vectors: Path) -> None:
-    message, key, aad, _ = _cose_wg(shared_vectors, "pass02")
+def test_cose_wg_sign_pass_02_needs_its_external_aad(third_party_vectors: Path) -> None:
+    message, key, aad, _ = _cose_wg(third_party_vectors, "pass02")
     assert aad == bytes.fromhex("11aa22bb33cc44dd55006699")
     with pytest.raises(CoseSignatureError):
         verify_sign1(message, key)
 
 
-def test_cose_wg_eddsa_resign_is_byte_identical(shared_vectors: Path) -> None:
-    message, _, _, data = _cose_wg(shared_vectors, "eddsa")
+def test_cose_wg_eddsa_resign_is_byte_identical(third_party_vectors: Path) -> None:
+    message, _, _, data = _cose_wg(third_party_vectors, "eddsa")
     jwk = data["input"]["sign0"]["key"]
     private = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(jwk["d_hex"]))
     assert private.public_key().public_bytes_raw() == bytes.fromhex(jwk["x_hex"])
@@ -114,24 +114,24 @@ def test_cose_wg_eddsa_resign_is_byte_identical(shared_vectors: Path) -> None:
     assert ours == message
 
 
-def test_cose_wg_sign_fail_01_wrong_tag(shared_vectors: Path) -> None:
-    message, key, aad, data = _cose_wg(shared_vectors, "fail01")
+def test_cose_wg_sign_fail_01_wrong_tag(third_party_vectors: Path) -> None:
+    message, key, aad, data = _cose_wg(third_party_vectors, "fail01")
     assert data["fail"] is True
     assert data["input"]["failures"] == {"ChangeCBORTag": 998}
     with pytest.raises(MalformedCoseError, match="tag 18, got tag 998"):
         verify_sign1(message, key, external_aad=aad)
 
 
-def test_cose_wg_sign_fail_02_changed_payload(shared_vectors: Path) -> None:
-    message, key, aad, data = _cose_wg(shared_vectors, "fail02")
+def test_cose_wg_sign_fail_02_changed_payload(third_party_vectors: Path) -> None:
+    message, key, aad, data = _cose_wg(third_party_vectors, "fail02")
     assert data["fail"] is True
     with pytest.raises(CoseSignatureError, match="does not verify"):
         verify_sign1(message, key, external_aad=aad)
 
 
 @pytest.mark.parametrize("name", sorted(VERAISON))
-def test_veraison(shared_vectors: Path, name: str) -> None:
-    data = _load(shared_vectors, VERAISON[name])
+def test_veraison(third_party_vectors: Path, name: str) -> None:
+    data = _load(third_party_vectors, VERAISON[name])
     case = data["sign1::verify"]
     message = bytes.fromhex(case["taggedCOSESign1"]["cborHex"])
     aad = bytes.fromhex(case.get("external", ""))
@@ -143,27 +143,27 @@ def test_veraison(shared_vectors: Path, name: str) -> None:
             verify_sign1(message, key, external_aad=aad)
 
 
-def test_veraison_negative_0000_reason(shared_vectors: Path) -> None:
-    data = _load(shared_vectors, VERAISON["neg0000"])
+def test_veraison_negative_0000_reason(third_party_vectors: Path) -> None:
+    data = _load(third_party_vectors, VERAISON["neg0000"])
     message = bytes.fromhex(data["sign1::verify"]["taggedCOSESign1"]["cborHex"])
     with pytest.raises(MalformedCoseError, match="protected header must be a byte string"):
         verify_sign1(message, _public_key(data["key"]))
 
 
-def test_veraison_0000_needs_external_aad(shared_vectors: Path) -> None:
-    data = _load(shared_vectors, VERAISON["0000"])
+def test_veraison_0000_needs_external_aad(third_party_vectors: Path) -> None:
+    data = _load(third_party_vectors, VERAISON["0000"])
     message = bytes.fromhex(data["sign1::verify"]["taggedCOSESign1"]["cborHex"])
     with pytest.raises(CoseSignatureError):
         verify_sign1(message, _public_key(data["key"]))
 
 
-def test_vector_with_key_of_other_type_fails(shared_vectors: Path) -> None:
+def test_vector_with_key_of_other_type_fails(third_party_vectors: Path) -> None:
     """ES256 vector, Ed25519 key: the algorithm is pinned to the key type."""
-    message, _, aad, _ = _cose_wg(shared_vectors, "c21")
+    message, _, aad, _ = _cose_wg(third_party_vectors, "c21")
     ed = Ed25519PrivateKey.generate().public_key()
     with pytest.raises(CoseError, match="needs a P-256 key, got Ed25519"):
         verify_sign1(message, ed, external_aad=aad)
-    eddsa_message, *_ = _cose_wg(shared_vectors, "eddsa")
-    p256 = _public_key(_load(shared_vectors, COSE_WG["c21"])["input"]["sign0"]["key"])
+    eddsa_message, *_ = _cose_wg(third_party_vectors, "eddsa")
+    p256 = _public_key(_load(third_party_vectors, COSE_WG["c21"])["input"]["sign0"]["key"])
     with pytest.raises(CoseError, match="needs an Ed25519 key, got EC secp256r1"):
         verify_sign1(eddsa_message, p256)

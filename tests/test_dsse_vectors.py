@@ -1,4 +1,4 @@
-"""Third-party vectors for DSSE v1 and in-toto Statement v1 (see shared/vectors/SOURCES.md).
+"""Third-party vectors for DSSE v1 and in-toto Statement v1 (third_party/SOURCES.md).
 
 * secure-systems-lab-dsse: the spec's PAE case and its two ECDSA P-256 envelopes (raw r||s).
 * in-toto-attestation: the five statement-validation cases of the Go reference. We agree with
@@ -40,16 +40,16 @@ INTOTO = "in-toto-attestation/statement-validation.json"
 SIGSTORE_DSSE = "sigstore-python/a.dsse.staging-rekor-v2.txt.sigstore.json"
 
 
-def _read(shared_vectors: Path, rel: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((shared_vectors / rel).read_text(encoding="utf-8"))
+def _read(third_party_vectors: Path, rel: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((third_party_vectors / rel).read_text(encoding="utf-8"))
     return data
 
 
-def test_case_counts(shared_vectors: Path) -> None:
-    dsse = _read(shared_vectors, DSSE)
+def test_case_counts(third_party_vectors: Path) -> None:
+    dsse = _read(third_party_vectors, DSSE)
     assert len(dsse["pae_cases"]) == 1
     assert len(dsse["envelopes"]) == 2
-    assert len(_read(shared_vectors, INTOTO)["cases"]) == 5
+    assert len(_read(third_party_vectors, INTOTO)["cases"]) == 5
 
 
 # ---- DSSE spec example ------------------------------------------------------------------
@@ -69,8 +69,8 @@ def _spec_key(vector: dict[str, Any]) -> ec.EllipticCurvePublicKey:
     return public
 
 
-def test_dsse_pae_case(shared_vectors: Path) -> None:
-    (case,) = _read(shared_vectors, DSSE)["pae_cases"]
+def test_dsse_pae_case(third_party_vectors: Path) -> None:
+    (case,) = _read(third_party_vectors, DSSE)["pae_cases"]
     payload = base64.b64decode(case["payload_b64"])
     assert payload == case["payload_utf8"].encode()
     encoded = pae(case["payloadType"], payload)
@@ -78,12 +78,12 @@ def test_dsse_pae_case(shared_vectors: Path) -> None:
     assert encoded.hex() == case["expected_pae_hex"]
 
 
-def _envelopes(shared_vectors: Path) -> list[tuple[str, dict[str, Any]]]:
-    return [(e["id"], e) for e in _read(shared_vectors, DSSE)["envelopes"]]
+def _envelopes(third_party_vectors: Path) -> list[tuple[str, dict[str, Any]]]:
+    return [(e["id"], e) for e in _read(third_party_vectors, DSSE)["envelopes"]]
 
 
-def test_dsse_spec_envelopes_verify(shared_vectors: Path) -> None:
-    vector = _read(shared_vectors, DSSE)
+def test_dsse_spec_envelopes_verify(third_party_vectors: Path) -> None:
+    vector = _read(third_party_vectors, DSSE)
     key = _spec_key(vector)
     for case in vector["envelopes"]:
         assert case["expected"] == "verify"
@@ -95,13 +95,13 @@ def test_dsse_spec_envelopes_verify(shared_vectors: Path) -> None:
         )
 
 
-def test_dsse_spec_envelope_keyid_is_ignored(shared_vectors: Path) -> None:
+def test_dsse_spec_envelope_keyid_is_ignored(third_party_vectors: Path) -> None:
     """The reference skips a signature whose keyid differs from the verifier's; we do not.
 
     Our verifier has no keyid of its own for this key, and the envelope's "66301bbf" (a
     truncated id in the reference's own scheme) neither selects nor excludes the key.
     """
-    vector = _read(shared_vectors, DSSE)
+    vector = _read(third_party_vectors, DSSE)
     key = _spec_key(vector)
     (with_keyid,) = [c for c in vector["envelopes"] if "keyid" in c["envelope"]["signatures"][0]]
     obj = with_keyid["envelope"]
@@ -111,8 +111,10 @@ def test_dsse_spec_envelope_keyid_is_ignored(shared_vectors: Path) -> None:
         assert verify_envelope(json.dumps(obj).encode(), [key], allowed_payload_types=allowed)
 
 
-def test_dsse_spec_signature_is_raw_and_its_der_form_verifies_too(shared_vectors: Path) -> None:
-    vector = _read(shared_vectors, DSSE)
+def test_dsse_spec_signature_is_raw_and_its_der_form_verifies_too(
+    third_party_vectors: Path,
+) -> None:
+    vector = _read(third_party_vectors, DSSE)
     key = _spec_key(vector)
     obj = vector["envelopes"][0]["envelope"]
     raw = base64.b64decode(obj["signatures"][0]["sig"])
@@ -123,8 +125,8 @@ def test_dsse_spec_signature_is_raw_and_its_der_form_verifies_too(shared_vectors
     assert verify_envelope(json.dumps(obj).encode(), [key], allowed_payload_types=allowed)
 
 
-def test_dsse_spec_envelopes_tampered(shared_vectors: Path) -> None:
-    vector = _read(shared_vectors, DSSE)
+def test_dsse_spec_envelopes_tampered(third_party_vectors: Path) -> None:
+    vector = _read(third_party_vectors, DSSE)
     key = _spec_key(vector)
     for case in vector["envelopes"]:
         obj = case["envelope"]
@@ -145,8 +147,10 @@ def test_dsse_spec_envelopes_tampered(shared_vectors: Path) -> None:
                 verify_envelope(json.dumps(bad).encode(), [key], allowed_payload_types=allowed)
 
 
-def test_dsse_spec_envelope_type_is_not_in_the_default_allow_list(shared_vectors: Path) -> None:
-    vector = _read(shared_vectors, DSSE)
+def test_dsse_spec_envelope_type_is_not_in_the_default_allow_list(
+    third_party_vectors: Path,
+) -> None:
+    vector = _read(third_party_vectors, DSSE)
     env = json.dumps(vector["envelopes"][0]["envelope"]).encode()
     with pytest.raises(DisallowedPayloadTypeError, match="HelloWorld"):
         verify_envelope(env, [_spec_key(vector)])
@@ -169,14 +173,14 @@ OUR_VERDICTS: dict[str, tuple[type[StatementError], str] | None] = {
 }
 
 
-def _statement_cases(shared_vectors: Path) -> list[dict[str, Any]]:
-    cases: list[dict[str, Any]] = _read(shared_vectors, INTOTO)["cases"]
+def _statement_cases(third_party_vectors: Path) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = _read(third_party_vectors, INTOTO)["cases"]
     assert {c["id"] for c in cases} == set(OUR_VERDICTS)
     return cases
 
 
-def test_intoto_statement_cases(shared_vectors: Path) -> None:
-    for case in _statement_cases(shared_vectors):
+def test_intoto_statement_cases(third_party_vectors: Path) -> None:
+    for case in _statement_cases(third_party_vectors):
         payload = case["statement_json"].encode()
         verdict = OUR_VERDICTS[case["id"]]
         if verdict is None:
@@ -193,9 +197,9 @@ def test_intoto_statement_cases(shared_vectors: Path) -> None:
             parse_statement(payload, allowed_predicate_types=frozenset({"thePredicate"}))
 
 
-def test_intoto_legacy_type_we_are_stricter_than_go(shared_vectors: Path) -> None:
+def test_intoto_legacy_type_we_are_stricter_than_go(third_party_vectors: Path) -> None:
     """The one disagreement with the reference: Go says valid, we say invalid, on purpose."""
-    (legacy,) = [c for c in _statement_cases(shared_vectors) if "v0.1" in c["id"]]
+    (legacy,) = [c for c in _statement_cases(third_party_vectors) if "v0.1" in c["id"]]
     assert legacy["expected"] == "valid"  # the reference verdict ...
     with pytest.raises(
         StatementTypeError, match=r"legacy .*v0\.1.* only https://in-toto.io/Statement/v1"
@@ -205,18 +209,18 @@ def test_intoto_legacy_type_we_are_stricter_than_go(shared_vectors: Path) -> Non
         )
 
 
-def test_intoto_invalid_cases_agree_with_the_reference(shared_vectors: Path) -> None:
-    for case in _statement_cases(shared_vectors):
+def test_intoto_invalid_cases_agree_with_the_reference(third_party_vectors: Path) -> None:
+    for case in _statement_cases(third_party_vectors):
         if case["expected"] == "invalid":
             verdict = OUR_VERDICTS[case["id"]]
             assert verdict is not None
             assert case["error"] == verdict[1]  # our message carries the reference's words
 
 
-def test_intoto_toy_digest_rules(shared_vectors: Path) -> None:
+def test_intoto_toy_digest_rules(third_party_vectors: Path) -> None:
     """The toy ``alg1`` digest passes because it is lowercase hex; its variants do not."""
     (case,) = [
-        c for c in _statement_cases(shared_vectors) if c["id"] == "TestJsonUnmarshalStatement"
+        c for c in _statement_cases(third_party_vectors) if c["id"] == "TestJsonUnmarshalStatement"
     ]
     allowed = frozenset({"thePredicate"})
     for bad in ('"ABC123"', '"abc12"', '"xyz123"', '""'):
@@ -228,7 +232,7 @@ def test_intoto_toy_digest_rules(shared_vectors: Path) -> None:
         parse_statement(sha.encode(), allowed_predicate_types=allowed)
 
 
-def test_intoto_python_bindings_verdicts(shared_vectors: Path) -> None:
+def test_intoto_python_bindings_verdicts(third_party_vectors: Path) -> None:
     """The in-toto-attestation Python bindings: same verdicts as ours on all five cases.
 
     (Unlike Go, the Python binding also refuses the legacy v0.1 type.)
@@ -237,7 +241,7 @@ def test_intoto_python_bindings_verdicts(shared_vectors: Path) -> None:
     from in_toto_attestation.v1 import statement_pb2
     from in_toto_attestation.v1.statement import Statement
 
-    for case in _statement_cases(shared_vectors):
+    for case in _statement_cases(third_party_vectors):
         message = json_format.Parse(case["statement_json"], statement_pb2.Statement())
         try:
             Statement.copy_from_pb(message).validate()
@@ -251,8 +255,8 @@ def test_intoto_python_bindings_verdicts(shared_vectors: Path) -> None:
 # ---- a real Sigstore DSSE envelope (DER ECDSA P-256) --------------------------------------
 
 
-def test_sigstore_dsse_envelope_verifies(shared_vectors: Path) -> None:
-    bundle = _read(shared_vectors, SIGSTORE_DSSE)
+def test_sigstore_dsse_envelope_verifies(third_party_vectors: Path) -> None:
+    bundle = _read(third_party_vectors, SIGSTORE_DSSE)
     cert = x509.load_der_x509_certificate(
         base64.b64decode(bundle["verificationMaterial"]["certificate"]["rawBytes"])
     )

@@ -1,8 +1,7 @@
 """Third-party RFC 6962 vectors (transparency-dev/merkle) against our verifier and builder.
 
-The vectors live outside the checkout, in ``../shared/vectors`` (see its SOURCES.md, section
-"transparency-dev-merkle"). When that folder is absent every test here skips instead of failing,
-so a plain checkout still has a green test run.
+The vectors are in the repository, ``tests/vectors/third_party/transparency-dev-merkle`` (see
+its SOURCES.md); a missing file fails the run, never skips.
 """
 
 from __future__ import annotations
@@ -25,15 +24,7 @@ from harness.verify.merkle import (
     verify_inclusion,
 )
 
-
-def _vectors_root() -> Path | None:
-    """``<parent of the checkout>/shared/vectors/transparency-dev-merkle``, if present."""
-    base = Path(__file__).resolve().parents[2] / "shared" / "vectors" / "transparency-dev-merkle"
-    return base if base.is_dir() else None
-
-
-VECTORS = _vectors_root()
-SKIP_REASON = "third-party vectors not found (../shared/vectors/transparency-dev-merkle)"
+VECTORS = Path(__file__).resolve().parent / "vectors" / "third_party" / "transparency-dev-merkle"
 
 
 def _cases(kind: str, *, positive_only: bool = False) -> list[Any]:
@@ -41,8 +32,6 @@ def _cases(kind: str, *, positive_only: bool = False) -> list[Any]:
 
     With ``positive_only``, only files with ``wantErr: false``.
     """
-    if VECTORS is None:
-        return [pytest.param(None, id=f"{kind}-absent", marks=pytest.mark.skip(reason=SKIP_REASON))]
     files = sorted((VECTORS / kind).glob("*/*.json"))
     assert files, f"no vectors under {VECTORS / kind}"
     if positive_only:
@@ -51,8 +40,7 @@ def _cases(kind: str, *, positive_only: bool = False) -> list[Any]:
 
 
 def _need_vectors() -> Path:
-    if VECTORS is None:
-        pytest.skip(SKIP_REASON)
+    assert VECTORS.is_dir(), f"third-party vectors missing: {VECTORS}"
     return VECTORS
 
 
@@ -132,8 +120,8 @@ def test_builder_reproduces_inclusion_vector(path: Path) -> None:
     v = json.loads(path.read_text(encoding="utf-8"))
     tree = _standard_tree()
     index, size = v["leafIdx"], v["treeSize"]
-    if size > len(tree) or tree.root(size) != _b64(v["root"]):
-        pytest.skip("vector is not over the standard leaves")
+    assert size <= len(tree), "vector is not over the standard leaves"
+    assert tree.root(size) == _b64(v["root"])
     assert tree.leaf(index) == _b64(v["leafHash"])
     assert tree.inclusion_proof(index, size) == _proof(v["proof"])
 
@@ -143,14 +131,14 @@ def test_builder_reproduces_consistency_vector(path: Path) -> None:
     v = json.loads(path.read_text(encoding="utf-8"))
     tree = _standard_tree()
     size1, size2 = v["size1"], v["size2"]
-    if size2 > len(tree) or tree.root(size2) != _b64(v["root2"]):
-        pytest.skip("vector is not over the standard leaves")
+    assert size2 <= len(tree), "vector is not over the standard leaves"
+    assert tree.root(size2) == _b64(v["root2"])
     assert tree.root(size1) == _b64(v["root1"])
     assert tree.consistency_proof(size1, size2) == _proof(v["proof"])
 
 
 def test_every_happy_path_is_over_the_standard_leaves() -> None:
-    """Guard for the two tests above: they must not silently skip all positives."""
+    """Every happy path is over the standard leaves, so the two tests above cover them all."""
     root = _need_vectors()
     tree = _standard_tree()
     for f in sorted(root.glob("inclusion/*/happy-path.json")):

@@ -1,4 +1,4 @@
-"""Third-party vectors for signed notes, checkpoints and Ed25519 (see shared/vectors/SOURCES.md).
+"""Third-party vectors for signed notes, checkpoints and Ed25519 (third_party/SOURCES.md).
 
 Every case in each file is exercised; the counts are asserted so a case cannot be silently
 skipped.
@@ -30,7 +30,7 @@ from harness.verify.note import (
     parse_verifier_key,
 )
 
-_VECTORS = Path(__file__).resolve().parents[2] / "shared" / "vectors"
+_VECTORS = Path(__file__).resolve().parent / "vectors" / "third_party"
 
 C2SP = "c2sp-signed-note/c2sp-spec-examples.json"
 GOLANG = "golang-mod-sumdb-note/note-sign-verify.json"
@@ -39,11 +39,8 @@ RFC8032 = "rfc8032-ed25519/rfc8032-ed25519.json"
 
 
 def _load(rel: str) -> dict[str, Any]:
-    """Read a vector file; ``{}`` when the folder is absent (the fixture then skips)."""
-    path = _VECTORS / rel
-    if not path.is_file():
-        return {}
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    """Read a vector file at collection time; a missing file is an error, never a skip."""
+    data: dict[str, Any] = json.loads((_VECTORS / rel).read_text(encoding="utf-8"))
     return data
 
 
@@ -56,21 +53,21 @@ def _ids(cases: list[dict[str, Any]]) -> list[str]:
     return [str(c.get("id", c.get("vkey", i))) for i, c in enumerate(cases)]
 
 
-def _read(shared_vectors: Path, rel: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((shared_vectors / rel).read_text(encoding="utf-8"))
+def _read(third_party_vectors: Path, rel: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((third_party_vectors / rel).read_text(encoding="utf-8"))
     return data
 
 
-def test_case_counts(shared_vectors: Path) -> None:
+def test_case_counts(third_party_vectors: Path) -> None:
     """The numbers of cases SOURCES.md announces, so none is silently dropped."""
-    assert len(_read(shared_vectors, C2SP)["cases"]) == 2
-    golang = _read(shared_vectors, GOLANG)
+    assert len(_read(third_party_vectors, C2SP)["cases"]) == 2
+    golang = _read(third_party_vectors, GOLANG)
     assert len(golang["sign_cases"]) == 2
     assert len(golang["open_cases"]) == 1
     assert len(golang["vkey_cases"]) == 1
     assert len(golang["keys"]) == 1
-    assert len(_read(shared_vectors, FORMATS)["cases"]) == 4
-    assert len(_read(shared_vectors, RFC8032)["cases"]) == 5
+    assert len(_read(third_party_vectors, FORMATS)["cases"]) == 4
+    assert len(_read(third_party_vectors, RFC8032)["cases"]) == 5
 
 
 # --- c2sp.org/signed-note and c2sp.org/tlog-checkpoint examples -------------------------------
@@ -79,7 +76,7 @@ _C2SP_CASES = _cases(C2SP)
 
 
 @pytest.mark.parametrize("case", _C2SP_CASES, ids=_ids(_C2SP_CASES))
-def test_c2sp_spec_example(shared_vectors: Path, case: dict[str, Any]) -> None:
+def test_c2sp_spec_example(third_party_vectors: Path, case: dict[str, Any]) -> None:
     note = case["note"].encode("utf-8")
     for vkey in case["vkeys"]:
         key = parse_verifier_key(vkey)
@@ -129,8 +126,8 @@ _GOLANG_KEYS = sorted(_GOLANG.get("keys", {}))
 
 
 @pytest.mark.parametrize("name", _GOLANG_KEYS)
-def test_golang_key_pair(shared_vectors: Path, name: str) -> None:
-    pair = _read(shared_vectors, GOLANG)["keys"][name]
+def test_golang_key_pair(third_party_vectors: Path, name: str) -> None:
+    pair = _read(third_party_vectors, GOLANG)["keys"][name]
     signer = parse_signer_key(pair["skey"])
     assert signer.name == name
     assert signer.verifier_key() == pair["vkey"]
@@ -144,8 +141,8 @@ def test_golang_key_pair(shared_vectors: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("case", _GOLANG_SIGN, ids=_ids(_GOLANG_SIGN))
-def test_golang_sign(shared_vectors: Path, case: dict[str, Any]) -> None:
-    keys = _read(shared_vectors, GOLANG)["keys"]
+def test_golang_sign(third_party_vectors: Path, case: dict[str, Any]) -> None:
+    keys = _read(third_party_vectors, GOLANG)["keys"]
     signer = parse_signer_key(keys[case["signer"]]["skey"])
     if case.get("expected") == "error":
         with pytest.raises(ValueError, match=case["error"]):
@@ -158,7 +155,7 @@ def test_golang_sign(shared_vectors: Path, case: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("case", _GOLANG_OPEN, ids=_ids(_GOLANG_OPEN))
-def test_golang_open(shared_vectors: Path, case: dict[str, Any]) -> None:
+def test_golang_open(third_party_vectors: Path, case: dict[str, Any]) -> None:
     assert case["expected"] == "verify"
     opened = open_note(case["note"].encode("utf-8"), case["vkeys"])
     assert opened.text == case["expected_text"]
@@ -169,7 +166,7 @@ def test_golang_open(shared_vectors: Path, case: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("case", _GOLANG_VKEY, ids=_ids(_GOLANG_VKEY))
-def test_golang_vkey(shared_vectors: Path, case: dict[str, Any]) -> None:
+def test_golang_vkey(third_party_vectors: Path, case: dict[str, Any]) -> None:
     assert case["expected"] == "valid"
     key = parse_verifier_key(case["vkey"])
     assert key.text == case["vkey"]
@@ -186,7 +183,7 @@ _FORMATS_CASES = _cases(FORMATS)
 
 
 @pytest.mark.parametrize("case", _FORMATS_CASES, ids=_ids(_FORMATS_CASES))
-def test_transparency_dev_checkpoint(shared_vectors: Path, case: dict[str, Any]) -> None:
+def test_transparency_dev_checkpoint(third_party_vectors: Path, case: dict[str, Any]) -> None:
     body = case["body"].encode("utf-8")
     if case["expected"] == "invalid":
         with pytest.raises(CheckpointError):
@@ -212,7 +209,7 @@ _RFC8032_CASES = _cases(RFC8032)
 
 
 @pytest.mark.parametrize("case", _RFC8032_CASES, ids=_ids(_RFC8032_CASES))
-def test_rfc8032_ed25519(shared_vectors: Path, case: dict[str, Any]) -> None:
+def test_rfc8032_ed25519(third_party_vectors: Path, case: dict[str, Any]) -> None:
     seed = bytes.fromhex(case["secret_key_hex"])
     public = bytes.fromhex(case["public_key_hex"])
     message = bytes.fromhex(case["message_hex"])
