@@ -1,7 +1,8 @@
 """The task lifecycle: states and the legal transitions between them.
 
-One table, shared: the runtime refuses (and records) any transition not in it, and the
-verifier's semantic check replays every ``task.transition`` record against it. A task starts
+One table, shared (a rule of DESIGN §9): the runtime refuses (and records) any transition
+not in it, and the verifier's semantic check replays every ``task.transition`` record
+against it. A task starts
 in ``planned``; ``done``, ``failed``, ``cancelled`` and ``denied`` are terminal.
 """
 
