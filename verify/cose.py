@@ -15,7 +15,11 @@ Decisions, and why:
   order. That one rule rejects indefinite lengths, non-shortest integer/length heads, duplicate
   map keys (RFC 9052 §3 forbids them; a decoder silently keeps one of them) and trailing bytes, so
   one byte string has one meaning. Map keys may appear in any order (RFC 9052 requires no
-  deterministic order, and the signature covers the protected bytes as sent). Floats, simple
+  deterministic order, and the signature covers the protected bytes as sent). Map keys must be
+  integers, byte strings or text strings (header labels: integers or text strings), so two
+  keys are duplicates exactly when their encoded bytes are equal; a bool, null, array, map or
+  tagged key is refused, because cbor2 would merge keys that differ in CBOR (``1`` and
+  ``true``, ``0`` and ``false``, maps with the same entries in another order). Floats, simple
   values other than true/false/null, and CBOR tags that cbor2 interprets (dates, UUIDs, sets,
   shared and string references, self-describe, bignums that fit 64 bits, ...) are refused:
   COSE headers have no use for them and they do not round-trip; other tags are kept as is.
@@ -175,21 +179,48 @@ class ReceiptProofError(ReceiptError, InclusionProofError):
 _PLAIN_TYPES: Final = (int, bytes, str, type(None))  # bool is an int subclass
 
 
-def _check_item_types(obj: object, what: str, depth: int = 0) -> None:
-    """Refuse anything but ints, strings, bools, null, arrays, maps and unknown tags."""
+def _is_plain_key(key: object) -> bool:
+    """A map key must be an integer, a byte string or a text string (never a bool).
+
+    With keys of these three kinds (each in preferred encoding), two keys are equal as decoded
+    values exactly when their encoded bytes are equal, so "no duplicate key" means "no two keys
+    with the same bytes". Other keys break that: Python equates ``1`` and ``true``, ``0`` and
+    ``false``, and two maps used as keys whatever their key order, so cbor2 would merge them.
+    """
+    return type(key) is int or type(key) is bytes or type(key) is str
+
+
+def _label_map(obj: object) -> object:
+    """The header map whose labels ``_header_map`` checks (CoseHeaderError), if ``obj`` has one:
+    a decoded protected header, or the unprotected header of a decoded COSE_Sign1."""
+    if isinstance(obj, Mapping):
+        return obj
+    if isinstance(obj, cbor2.CBORTag) and isinstance(obj.value, list) and len(obj.value) > 1:
+        return obj.value[1]
+    return None
+
+
+def _check_item_types(obj: object, what: str, depth: int = 0, labels: object = None) -> None:
+    """Refuse anything but ints, strings, bools, null, arrays, maps and unknown tags, and map
+    keys other than ints, byte strings and text strings (the header map ``labels`` excepted:
+    its labels are checked, more narrowly, by ``_header_map``)."""
     if isinstance(obj, _PLAIN_TYPES):
         return
     if depth > _MAX_DEPTH:  # unreachable: the decoder limits nesting; keeps this walk bounded
         raise MalformedCoseError(f"{what}: CBOR nesting deeper than {_MAX_DEPTH}")
     if isinstance(obj, list | tuple):
         for item in obj:
-            _check_item_types(item, what, depth + 1)
+            _check_item_types(item, what, depth + 1, labels)
     elif isinstance(obj, Mapping):
         for key, value in obj.items():
-            _check_item_types(key, what, depth + 1)
-            _check_item_types(value, what, depth + 1)
+            if obj is not labels and not _is_plain_key(key):
+                raise MalformedCoseError(
+                    f"{what}: map key {_show(key)} is not an integer, byte string or text string"
+                )
+            _check_item_types(key, what, depth + 1, labels)
+            _check_item_types(value, what, depth + 1, labels)
     elif isinstance(obj, cbor2.CBORTag):
-        _check_item_types(obj.value, what, depth + 1)
+        _check_item_types(obj.value, what, depth + 1, labels)
     elif isinstance(obj, float):
         raise MalformedCoseError(f"{what}: floating-point values are not allowed")
     else:
@@ -211,7 +242,7 @@ def _strict_loads(data: bytes, what: str) -> object:
         raise MalformedCoseError(
             f"{what} has {len(data) - end} trailing byte(s) after its CBOR item (ends at {end})"
         )
-    _check_item_types(obj, what)
+    _check_item_types(obj, what, labels=_label_map(obj))
     try:
         again = cbor2.dumps(obj)
     except Exception as exc:  # e.g. a cyclic structure built from shared references
