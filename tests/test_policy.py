@@ -18,7 +18,6 @@ from harness.verify.policy import (
     MAX_POLICY_FILE_SIZE,
     PolicyError,
     TrustPolicy,
-    discover_policy,
     load_policy_file,
     parse_trusted_key,
     pyproject_policy_table,
@@ -279,138 +278,40 @@ def test_policy_file_errors_are_clean(tmp_path: Path) -> None:
         load_policy_file(big)
 
 
-# ---------------------------------------------------------------------------- discovery
+# ------------------------------------------------------------------- no discovery (0016)
 
 
-def test_discovery_walks_up(tmp_path: Path) -> None:
-    policy = _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
-    deep = tmp_path / "a" / "b" / "c"
-    deep.mkdir(parents=True)
-    assert discover_policy(deep) == policy
-
-
-def test_discovery_prefers_harness_verify_toml_in_nearest_folder(tmp_path: Path) -> None:
-    _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{OTHER_ID}"]\n')
-    project = tmp_path / "project"
-    pyproject = _write(
-        project / "pyproject.toml", f'[tool.harness-verify.trust]\nkeys = ["{OTHER_ID}"]\n'
-    )
-    nearest = _write(project / "harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
-    work = project / "src"
-    work.mkdir()
-    assert discover_policy(work) == nearest
-    nearest.unlink()
-    assert discover_policy(work) == pyproject
-    pyproject.write_text('[project]\nname = "x"\n', encoding="utf-8")
-    assert discover_policy(work) == tmp_path / "harness-verify.toml"
-
-
-def test_discovery_skips_pyproject_without_table(tmp_path: Path) -> None:
-    policy = _write(
-        tmp_path / "pyproject.toml", f'[tool.harness-verify.trust]\nkeys = ["{KEY_ID}"]\n'
-    )
-    child = tmp_path / "child"
-    _write(child / "pyproject.toml", '[project]\nname = "child"\n')
-    assert discover_policy(child) == policy
-    assert resolve_policy([], None, child) == TrustPolicy(frozenset({KEY_ID}), str(policy))
-
-
-def test_discovery_finds_nothing(tmp_path: Path) -> None:
-    _write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
-    # Unrelated look-alikes are never read.
-    _write(tmp_path / ".harness-verify.toml", "garbage [")
-    _write(tmp_path / "harness_verify.py", "raise SystemExit('executed!')\n")
-    found = discover_policy(tmp_path)
-    # A real ancestor of tmp_path might hold a policy; anything found must be outside tmp_path.
-    assert found is None or tmp_path not in found.parents
-
-
-def test_discovery_reports_broken_pyproject(tmp_path: Path) -> None:
-    _write(tmp_path / "pyproject.toml", "[tool.harness-verify\n")
-    with pytest.raises(PolicyError, match="not valid TOML"):
-        discover_policy(tmp_path)
-
-
-def test_discovery_reads_only_the_two_names(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n'),
+        ("pyproject.toml", f'[tool.harness-verify.trust]\nkeys = ["{KEY_ID}"]\n'),
+    ],
+)
+def test_nothing_is_discovered_from_the_working_directory_or_above(
+    tmp_path: Path, name: str, text: str
 ) -> None:
-    opened: list[str] = []
-    real_open = open
-
-    def spy(path: object, *args: object, **kwargs: object) -> object:
-        opened.append(os.fspath(path))  # type: ignore[arg-type]
-        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
-
-    _write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
-    _write(tmp_path / "setup.py", "raise SystemExit(1)\n")
+    """A policy file next to the verifier or in any parent folder (the change's checkout, a
+    download folder, /tmp) pins nothing: trust is explicit (decision 0016)."""
+    _write(tmp_path / name, text)
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
-    monkeypatch.setattr("builtins.open", spy)
-    discover_policy(deep)
-    assert opened
-    assert {Path(p).name for p in opened} <= {"pyproject.toml", "harness-verify.toml"}
+    for cwd in (tmp_path, deep):
+        assert resolve_policy([], None, cwd) == TrustPolicy(frozenset(), "")
+    assert not hasattr(policy_module, "discover_policy")
 
 
-def test_discovery_stops_at_a_folder_it_cannot_search(
+def test_resolving_reads_no_file_without_explicit_trust(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Simulated, so it runs as root too: stat raising PermissionError stops the walk."""
-    _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
-    locked = tmp_path / "locked"
-    inner = locked / "inner"
-    inner.mkdir(parents=True)
-    real_stat = os.stat
+    _write(tmp_path / "harness-verify.toml", "garbage [")
+    _write(tmp_path / "pyproject.toml", "[tool.harness-verify\n")
 
-    def fake_stat(path: object, *args: object, **kwargs: object) -> os.stat_result:
-        if Path(os.fspath(path)).parent == locked:  # type: ignore[arg-type]
-            raise PermissionError(13, "Permission denied", os.fspath(path))  # type: ignore[arg-type]
-        return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+    def no_open(*args: object, **kwargs: object) -> object:
+        raise AssertionError(f"opened {args[0]!r}")
 
-    monkeypatch.setattr(policy_module.os, "stat", fake_stat)
-    assert discover_policy(inner) is None
-    assert resolve_policy([], None, inner) == TrustPolicy(frozenset(), "")
-
-
-def test_discovery_with_unreadable_pyproject_stops_simulated(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
-    child = tmp_path / "child"
-    pyproject = _write(child / "pyproject.toml", '[tool.harness-verify.trust]\nkeys = ["x"]\n')
-    real_open = open
-
-    def fake_open(path: object, *args: object, **kwargs: object) -> object:
-        if os.fspath(path) == os.fspath(pyproject):  # type: ignore[arg-type]
-            raise PermissionError(13, "Permission denied", os.fspath(path))  # type: ignore[arg-type]
-        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr("builtins.open", fake_open)
-    assert discover_policy(child) is None
-
-
-@needs_non_root
-def test_discovery_with_unreadable_folder_does_not_crash(tmp_path: Path) -> None:
-    _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
-    locked = tmp_path / "locked"
-    inner = locked / "inner"
-    inner.mkdir(parents=True)
-    locked.chmod(0o000)
-    try:
-        assert discover_policy(inner) is None
-    finally:
-        locked.chmod(0o755)
-
-
-@needs_non_root
-def test_discovery_with_unreadable_pyproject_stops(tmp_path: Path) -> None:
-    _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
-    child = tmp_path / "child"
-    pyproject = _write(child / "pyproject.toml", '[tool.harness-verify.trust]\nkeys = ["x"]\n')
-    pyproject.chmod(0o000)
-    try:
-        assert discover_policy(child) is None
-    finally:
-        pyproject.chmod(0o644)
+    monkeypatch.setattr("builtins.open", no_open)
+    assert resolve_policy([], None, tmp_path) == TrustPolicy(frozenset(), "")
 
 
 @needs_non_root
@@ -427,8 +328,8 @@ def test_unreadable_key_file_is_a_policy_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- precedence
 
 
-def test_trusted_key_beats_policy_file_and_discovery(tmp_path: Path) -> None:
-    policy_path = _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{OTHER_ID}"]\n')
+def test_trusted_key_beats_policy_file(tmp_path: Path) -> None:
+    _write(tmp_path / "harness-verify.toml", f'[trust]\nkeys = ["{OTHER_ID}"]\n')
     explicit = _write(tmp_path / "other" / "policy.toml", f'[trust]\nkeys = ["{OTHER_ID}"]\n')
     policy = resolve_policy([KEY_ID], explicit, tmp_path)
     assert policy == TrustPolicy(frozenset({KEY_ID}), "--trusted-key")
@@ -436,12 +337,10 @@ def test_trusted_key_beats_policy_file_and_discovery(tmp_path: Path) -> None:
     assert resolve_policy([], explicit, tmp_path) == TrustPolicy(
         frozenset({OTHER_ID}), str(explicit)
     )
-    assert resolve_policy([], None, tmp_path) == TrustPolicy(
-        frozenset({OTHER_ID}), str(policy_path)
-    )
+    assert resolve_policy([], None, tmp_path) == TrustPolicy(frozenset(), "")
 
 
-def test_explicit_policy_beats_discovery(tmp_path: Path) -> None:
+def test_explicit_policy_relative_to_cwd(tmp_path: Path) -> None:
     _write(tmp_path / "harness-verify.toml", "this is [not toml")
     explicit = _write(tmp_path / "conf" / "trust.toml", f'[trust]\nkeys = ["{KEY_ID}"]\n')
     policy = resolve_policy([], Path("conf/trust.toml"), tmp_path)
@@ -464,22 +363,7 @@ def test_trusted_keys_must_be_a_sequence(tmp_path: Path) -> None:
         resolve_policy(KEY_ID, None, tmp_path)
 
 
-def test_no_policy_anywhere_is_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(policy_module, "discover_policy", lambda start: None)
+def test_no_policy_is_empty(tmp_path: Path) -> None:
     policy = resolve_policy([], None, tmp_path)
     assert policy == TrustPolicy(frozenset(), "")
     assert not policy.pins(KEY_ID)
-
-
-def test_discovery_stops_at_the_repository_root(tmp_path: Path) -> None:
-    """A policy planted above the checkout (e.g. in /tmp) must not apply inside it."""
-    from harness.verify.policy import discover_policy
-
-    (tmp_path / "harness-verify.toml").write_text('[trust]\nkeys = ["' + "a" * 64 + '"]\n')
-    repo = tmp_path / "checkout"
-    (repo / ".git").mkdir(parents=True)
-    (repo / "sub").mkdir()
-    assert discover_policy(repo / "sub") is None
-    assert discover_policy(tmp_path) == tmp_path / "harness-verify.toml"
-    (repo / "harness-verify.toml").write_text('[trust]\nkeys = ["' + "b" * 64 + '"]\n')
-    assert discover_policy(repo / "sub") == repo / "harness-verify.toml"

@@ -386,26 +386,21 @@ def test_policy_file_broken_is_usage_error(bundle: Path, empty_cwd: Path) -> Non
     assert "not valid TOML" in ran.stderr
 
 
-def test_policy_discovered_in_cwd(bundle: Path, empty_cwd: Path) -> None:
-    policy = _policy(empty_cwd, "harness-verify.toml", KEY_ID)
-    ran = run_cli(str(bundle), "--format", "json", cwd=empty_cwd)
-    document = _json(ran)
-    assert ran.returncode == 0, document
-    assert document["trusted_by"] == str(policy)
-    below = empty_cwd / "sub" / "dir"
-    below.mkdir(parents=True)
-    assert run_cli(str(bundle), cwd=below).returncode == 0
-    # --trusted-key overrides the discovered policy.
-    assert run_cli(str(bundle), "--trusted-key", "ef" * 32, cwd=empty_cwd).returncode == 3
-
-
-def test_policy_discovered_in_pyproject(bundle: Path, empty_cwd: Path) -> None:
+def test_policy_files_in_cwd_or_above_are_not_discovered(bundle: Path, empty_cwd: Path) -> None:
+    """Decision 0016: a CI job's working directory is the change's checkout, so nothing there
+    (or above it) may pin a key: exit 3, and the message says how to pin."""
+    _policy(empty_cwd, "harness-verify.toml", KEY_ID)
     (empty_cwd / "pyproject.toml").write_text(
         f'[project]\nname = "x"\n\n[tool.harness-verify.trust]\nkeys = ["{KEY_ID}"]\n'
     )
-    ran = run_cli(str(bundle), "--format", "json", cwd=empty_cwd)
-    assert ran.returncode == 0, ran.stdout
-    assert _json(ran)["trusted_by"] == str(empty_cwd / "pyproject.toml")
+    below = empty_cwd / "sub" / "dir"
+    below.mkdir(parents=True)
+    for cwd in (empty_cwd, below):
+        ran = run_cli(str(bundle), "--format", "json", cwd=cwd)
+        assert ran.returncode == 3, ran.stdout
+        document = _json(ran)
+        assert document["trusted_by"] is None
+        assert "--trusted-key" in json.dumps(document)
 
 
 def test_no_args_is_usage_error(empty_cwd: Path) -> None:

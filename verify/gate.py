@@ -27,24 +27,22 @@ external diff or textconv, and no ``GIT_*`` variable inherited from the caller.
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from .archive import ArchiveError, open_bundle_archive
 from .errors import VerificationError
+from .gitio import GateUsageError, git, resolve_commit
 from .layout import store_member
 from .lineage import FinalArtifacts, MergeFacts
-from .policy import TrustPolicy
+from .policy import NOT_PINNED_HINT, TrustPolicy
 from .records import parse_record_line
 from .report import EXIT_CODES, ExitCode, Report, Status
 from .storecheck import iter_store_lines
 
 GATE_FORMAT: Final = "harness-verify/gate-report"
 GATE_VERSION: Final = 1
-GIT_TIMEOUT_S: Final = 300
 GATE_FORMATS: Final = ("text", "json", "sarif", "markdown")
 
 NO_RECEIPT: Final = "no receipt for this file"
@@ -53,24 +51,10 @@ CONTENT_DIFFERS: Final = (
 )
 DELETION_NOT_ATTESTED: Final = "deletion not attested"
 
-_GIT_CONFIG: Final = (
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "diff.external=",
-    "-c",
-    "core.quotePath=false",
-)
 _NULL_OID: Final = frozenset("0")
 _CHANGE_NAMES: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "type-changed"}
 
 Verdict = Literal["covered", "uncovered"]
-
-
-class GateUsageError(Exception):
-    """Bad refs, not a git repository, git missing: the CLI maps it to exit code 2."""
 
 
 @dataclass(frozen=True)
@@ -113,65 +97,6 @@ class GateReport:
 # ---- git -------------------------------------------------------------------------------------
 
 
-def _git_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
-    env.update(
-        GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull,
-        GIT_TERMINAL_PROMPT="0",
-        GIT_OPTIONAL_LOCKS="0",
-    )
-    return env
-
-
-def _git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    argv = ["git", *_GIT_CONFIG, *args]
-    try:
-        done = subprocess.run(
-            argv,
-            cwd=repo,
-            env=_git_env(),
-            input=stdin,
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise GateUsageError("git is not installed or not on PATH") from None
-    except NotADirectoryError:
-        raise GateUsageError(f"{repo} is not a directory") from None
-    except subprocess.TimeoutExpired:
-        raise GateUsageError(f"git {args[0]} timed out after {GIT_TIMEOUT_S} s") from None
-    if done.returncode != 0:
-        message = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise GateUsageError(
-            f"git {args[0]} failed: {message[-1] if message else f'exit {done.returncode}'}"
-        )
-    return done.stdout
-
-
-def resolve_commit(repo: Path, ref: str) -> str:
-    """The commit id ``ref`` names in ``repo``; GateUsageError if it names no commit."""
-    if not ref or ref.startswith("-"):
-        raise GateUsageError(f"invalid ref {ref!r}")
-    if not repo.is_dir():
-        raise GateUsageError(f"{repo} is not a directory")
-    try:
-        _git(repo, "rev-parse", "--git-dir")
-    except GateUsageError:
-        raise GateUsageError(f"{repo} is not a git repository") from None
-    try:
-        out = _git(
-            repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"
-        )
-    except GateUsageError:
-        raise GateUsageError(
-            f"ref {ref!r} does not name a commit in {repo} "
-            "(with actions/checkout, fetch the history: fetch-depth: 0)"
-        ) from None
-    return out.decode("ascii").strip()
-
-
 @dataclass(frozen=True)
 class Change:
     path: str
@@ -182,7 +107,7 @@ class Change:
 
 def changed_files(repo: Path, base: str, head: str) -> list[Change]:
     """Files changed between two commits (ids), renames split into delete + add, sorted."""
-    out = _git(
+    out = git(
         repo,
         "diff-tree",
         "-r",
@@ -212,7 +137,7 @@ def _blob_digests(repo: Path, oids: list[str]) -> dict[str, str]:
     """SHA-256 (hex) of each blob, read with one ``git cat-file --batch``."""
     if not oids:
         return {}
-    out = _git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in oids).encode())
+    out = git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in oids).encode())
     digests: dict[str, str] = {}
     position = 0
     for oid in oids:
@@ -356,6 +281,11 @@ def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) 
         failure = verified.failure
         detail = f"{failure.check}: {failure.reason}" if failure is not None else "not verified"
         report.reason = f"bundle {verified.status.value}: {detail}"
+        if verified.status is Status.UNTRUSTED:
+            report.reason += (
+                f"; {NOT_PINNED_HINT}, or commit harness-verify.toml ([trust] keys = [...]) "
+                "on the base branch"
+            )
         report.files = [
             FileVerdict(c.path, c.status, "uncovered", "no trusted evidence: " + report.reason)
             for c in changes
