@@ -238,7 +238,7 @@ def test_renderers(demo: DemoResult, clone: Path) -> None:
     ]
     assert results[0]["ruleId"] == "uncovered-file"
     markdown = render_markdown(report)
-    assert "| a\\|b.md | added | ❌ uncovered |" in markdown
+    assert "| `a\\|b.md` | added | ❌ uncovered |" in markdown
     assert markdown.count("✅ covered") == len(DEMO_FILES)
 
 
@@ -284,7 +284,7 @@ def test_cli_end_to_end(demo: DemoResult, clone: Path, tmp_path: Path) -> None:
     text = summary.read_text("utf-8")
     assert text.startswith("# earlier step\n")
     assert "### harness-verify gate: ✅ passed" in text
-    assert "| calc.py | modified | ✅ covered |" in text
+    assert "| `calc.py` | modified | ✅ covered |" in text
 
     # a manual edit, via --repo from elsewhere, SARIF to a file, text on stderr
     (clone / "README.md").write_text("# calc, by hand\n", encoding="utf-8")

@@ -36,6 +36,7 @@ from harness.verify.report import (
     StoreSummary,
     failed_report,
 )
+from harness.verify.textsafe import text, unescape
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_PATH = ROOT / "schemas" / "verify-report.schema.json"
@@ -252,8 +253,12 @@ def test_json_with_nasty_strings_is_valid(validator: Draft202012Validator) -> No
     report.bundle = NASTY
     doc = json.loads(render_json(report))
     validator.validate(doc)
-    assert doc["failure"]["reason"] == NASTY
-    assert doc["bundle"] == NASTY
+    # the display form (one printable line, lossless), never the raw text
+    assert doc["failure"]["reason"] == text(NASTY)
+    assert doc["bundle"] == text(NASTY)
+    assert unescape(doc["failure"]["member"]) == NASTY
+    assert "\\x1b[31m" in doc["failure"]["reason"]
+    assert "🔥" in doc["failure"]["reason"]
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from typing import Annotated, Final
 
 import typer
 
+from . import textsafe
 from .archive import Limits
 from .bundle import verify_bundle
 from .policy import PolicyError, resolve_policy
@@ -59,11 +60,12 @@ class _Progress:
         if not self.enabled:
             return
         now = time.monotonic()
+        shown = textsafe.text(member)  # a member name is bundle-controlled
         if self.tty:
-            sys.stderr.write(f"\rverifying {member}: {records} records")
+            sys.stderr.write(f"\rverifying {shown}: {records} records")
             sys.stderr.flush()
         elif now - self.last >= 5:
-            sys.stderr.write(f"verifying {member}: {records} records\n")
+            sys.stderr.write(f"verifying {shown}: {records} records\n")
             sys.stderr.flush()
             self.last = now
 
@@ -87,20 +89,32 @@ def _read_hmac_key(path: Path) -> bytes:
     return key
 
 
+def _write_or_exit(path: Path, document: str, *, append: bool = False) -> None:
+    """Write a report file (never through a link, regular files only) or exit 2 saying why."""
+    from .output import OutputError, append_summary, write_report
+
+    try:
+        if append:
+            append_summary(path, document)
+        else:
+            write_report(path, document)
+    except OutputError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+
+
 def _emit(report: Report, fmt: Format, output: Path | None, quiet: bool) -> None:
+    from .output import write_stdout
+
     document = render(report, fmt.value)
     if output is not None:
-        try:
-            output.write_text(document, encoding="utf-8")
-        except OSError as exc:
-            typer.echo(f"error: cannot write {output}: {exc.strerror}", err=True)
-            raise typer.Exit(ExitCode.USAGE) from None
+        _write_or_exit(output, document)
         if not quiet:
             typer.echo(render_text(report), err=True)
         return
     if quiet and fmt is Format.TEXT:
         return
-    sys.stdout.write(document if document.endswith("\n") else document + "\n")
+    write_stdout(document)
 
 
 @app.command("bundle", epilog=EXIT_CODES_HELP)
@@ -183,10 +197,12 @@ def receipt_command(
         raise typer.Exit(ExitCode.USAGE) from None
     wanted = name if name is not None else artifact.as_posix().removeprefix("./")
     outcome = check_receipt_file(receipt, artifact, wanted, pins)
+    from .output import write_stdout
+
     if fmt is Format.JSON:
-        sys.stdout.write(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
+        write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
     else:
-        sys.stdout.write(outcome.to_text() + "\n")
+        write_stdout(outcome.to_text() + "\n")
     raise typer.Exit(int(outcome.exit_code))
 
 
@@ -247,21 +263,14 @@ def gate_command(
         raise typer.Exit(ExitCode.USAGE) from None
     document = render_gate(report, fmt.value)
     if summary is not None:
-        try:
-            with summary.open("a", encoding="utf-8") as handle:
-                handle.write(render_markdown(report) + "\n")
-        except OSError as exc:
-            typer.echo(f"error: cannot write {summary}: {exc.strerror}", err=True)
-            raise typer.Exit(ExitCode.USAGE) from None
+        _write_or_exit(summary, render_markdown(report) + "\n", append=True)
     if output is not None:
-        try:
-            output.write_text(document, encoding="utf-8")
-        except OSError as exc:
-            typer.echo(f"error: cannot write {output}: {exc.strerror}", err=True)
-            raise typer.Exit(ExitCode.USAGE) from None
+        _write_or_exit(output, document)
         typer.echo(render_gate_text(report), err=True, nl=False)
     else:
-        sys.stdout.write(document)
+        from .output import write_stdout
+
+        write_stdout(document)
     raise typer.Exit(int(report.exit_code))
 
 

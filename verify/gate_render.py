@@ -1,36 +1,49 @@
 """Renderers of the gate's report: text, JSON, SARIF 2.1.0 and a GitHub job-summary section.
 
-Kept apart from ``gate.py`` (which decides) so that the escaping of file names and of every
-bundle-controlled string lives in one place: everything shown goes through ``textsafe``.
+Kept apart from ``gate.py`` (which decides) so that what is shown is escaped in one place. File
+names come from the pull request and run/task ids and reasons from the bundle: every string of
+a report goes through ``textsafe`` (the display form: one printable line, no ``::``), Markdown
+puts each in a code span, SARIF locations are percent-encoded from the file name's bytes. So no
+file name forges a line, drives a terminal, becomes a link or a workflow command, or (not being
+UTF-8) crashes the writer.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any, Final
-from urllib.parse import quote
 
+from . import textsafe
 from .gate import _CHANGE_NAMES, GATE_FORMAT, GATE_FORMATS, GATE_VERSION, GateReport
 from .render import sarif_document
 from .report import Status
 
+_t = textsafe.text
+
 
 def render_gate_text(report: GateReport) -> str:
+    """The human report: verdict and reason, bundle, commit range, one line per changed file."""
     lines = [
-        f"harness-verify gate: {'PASSED' if report.passed else 'FAILED'} - {report.reason}",
-        f"  bundle: {report.bundle} ({report.bundle_status.value})",
-        f"  changes: {report.base[:12]}..{report.head[:12]} ({len(report.files)} files)",
+        f"harness-verify gate: {'PASSED' if report.passed else 'FAILED'} - {_t(report.reason)}",
+        f"  bundle: {_t(report.bundle)} ({report.bundle_status.value})",
+        f"  changes: {_t(report.base[:12])}..{_t(report.head[:12])} ({len(report.files)} files)",
     ]
     for entry in report.files:
         evidence = (
-            f" [run {entry.run} task {entry.task} seq {entry.seq}]" if entry.run is not None else ""
+            f" [run {_t(entry.run)} task {_t(entry.task)} seq {entry.seq}]"
+            if entry.run is not None
+            else ""
         )
-        lines.append(f"  {entry.verdict:<9} {entry.change} {entry.path}: {entry.reason}{evidence}")
+        lines.append(
+            f"  {entry.verdict:<9} {_t(entry.change)} {_t(entry.path)}: {_t(entry.reason)}"
+            f"{evidence}"
+        )
     return "\n".join(lines) + "\n"
 
 
 def gate_to_dict(report: GateReport) -> dict[str, Any]:
-    return {
+    """The JSON document (schemas/gate-report.schema.json): every string in display form."""
+    document = {
         "format": GATE_FORMAT,
         "version": GATE_VERSION,
         "passed": report.passed,
@@ -56,14 +69,12 @@ def gate_to_dict(report: GateReport) -> dict[str, Any]:
             for entry in report.files
         ],
     }
+    safe: dict[str, Any] = textsafe.json_safe(document)
+    return safe
 
 
 def render_gate_json(report: GateReport) -> str:
     return json.dumps(gate_to_dict(report), indent=2, sort_keys=True, ensure_ascii=True) + "\n"
-
-
-def _uri(path: str) -> str:
-    return quote(path.encode("utf-8", "surrogateescape"), safe="/:@")
 
 
 _RULES: Final = (
@@ -73,7 +84,9 @@ _RULES: Final = (
 
 
 def render_gate_sarif(report: GateReport) -> str:
-    """SARIF 2.1.0: one error per uncovered file (located at the file), one for the bundle."""
+    """SARIF 2.1.0: one error per uncovered file (located at the file), one for the bundle.
+
+    Locations are URIs of the file name's bytes; ``sarif_document`` escapes every string."""
     rules = [
         {"id": rule, "shortDescription": {"text": text}, "defaultConfiguration": {"level": "error"}}
         for rule, text in _RULES
@@ -87,20 +100,20 @@ def render_gate_sarif(report: GateReport) -> str:
                 "level": "error",
                 "message": {"text": report.reason},
                 "locations": [
-                    {"physicalLocation": {"artifactLocation": {"uri": _uri(report.bundle)}}}
+                    {"physicalLocation": {"artifactLocation": {"uri": textsafe.uri(report.bundle)}}}
                 ],
             }
         )
     for entry in report.uncovered:
+        change = _CHANGE_NAMES.get(entry.change, entry.change)
         result: dict[str, Any] = {
             "ruleId": "uncovered-file",
             "ruleIndex": 0,
             "level": "error",
-            "message": {
-                "text": f"{entry.path} ({_CHANGE_NAMES.get(entry.change, entry.change)})"
-                f": {entry.reason}"
-            },
-            "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(entry.path)}}}],
+            "message": {"text": f"{entry.path} ({change}): {entry.reason}"},
+            "locations": [
+                {"physicalLocation": {"artifactLocation": {"uri": textsafe.uri(entry.path)}}}
+            ],
         }
         if entry.seq is not None:
             result["properties"] = {"run": entry.run, "task": entry.task, "seq": entry.seq}
@@ -115,21 +128,20 @@ def render_gate_sarif(report: GateReport) -> str:
     )
 
 
-def _md(value: object) -> str:
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
-    return " ".join(text.replace("<", "&lt;").replace(">", "&gt;").split())
-
-
 def render_markdown(report: GateReport) -> str:
-    """A GitHub job-summary section: verdict, reason, one table row per changed file."""
+    """A GitHub job-summary section: verdict, reason, one table row per changed file.
+
+    Every value that is not our own fixed wording is a code span (``textsafe.md_code``): no
+    file name, id or reason renders as a link, a mention, HTML, emphasis or a table cell."""
     mark = "✅ passed" if report.passed else "❌ failed"
+    signer = textsafe.md_code(report.signer_key_id) if report.signer_key_id else ""
     lines = [
         f"### harness-verify gate: {mark}",
         "",
-        _md(report.reason),
+        textsafe.md_code(report.reason),
         "",
-        f"Bundle `{_md(report.bundle)}`: **{report.bundle_status.value}**"
-        + (f", signer `{report.signer_key_id}`" if report.signer_key_id else ""),
+        f"Bundle {textsafe.md_code(report.bundle)}: **{report.bundle_status.value}**"
+        + (f", signer {signer}" if signer else ""),
         "",
     ]
     if report.files:
@@ -140,13 +152,16 @@ def render_markdown(report: GateReport) -> str:
         for entry in report.files:
             icon = "✅" if entry.verdict == "covered" else "❌"
             evidence = (
-                f"run {_md(entry.run)}, task {_md(entry.task)}, seq {entry.seq}"
+                f"run {textsafe.md_code(entry.run, table=True)}, "
+                f"task {textsafe.md_code(entry.task, table=True)}, seq {entry.seq}"
                 if entry.run is not None
                 else ""
             )
+            change = _CHANGE_NAMES.get(entry.change) or textsafe.md_code(entry.change, table=True)
             lines.append(
-                f"| {_md(entry.path)} | {_CHANGE_NAMES.get(entry.change, entry.change)} "
-                f"| {icon} {entry.verdict} | {_md(entry.reason)} | {evidence} |"
+                f"| {textsafe.md_code(entry.path, table=True)} | {change} "
+                f"| {icon} {entry.verdict} | {textsafe.md_code(entry.reason, table=True)} "
+                f"| {evidence} |"
             )
     else:
         lines.append("No files changed.")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from . import textsafe
 from .errors import VerificationError
 from .policy import TrustPolicy
 from .receipt import MAX_RECEIPT_BYTES, check_artifact, verify_receipt
@@ -34,7 +35,8 @@ class ReceiptOutcome:
         return EXIT_CODES[self.status]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """The JSON report; every string (paths, reason, receipt facts) in display form."""
+        document = {
             "format": "harness-verify/receipt-report",
             "version": 1,
             "receipt": self.receipt,
@@ -47,20 +49,28 @@ class ReceiptOutcome:
             "trusted_by": self.trusted_by,
             **self.facts,
         }
+        safe: dict[str, Any] = textsafe.json_safe(document)
+        return safe
 
     def to_text(self) -> str:
+        """The human report, one ``label: value`` line per fact, values in display form: the
+        receipt's content and the paths given are not trusted to be printable or UTF-8."""
+        shown = textsafe.text
         verdict = {
             Status.VERIFIED: "VERIFIED",
             Status.UNTRUSTED: "VERIFIED BUT NOT TRUSTED",
             Status.UNREADABLE: "UNREADABLE",
         }.get(self.status, "INVALID")
-        lines = [f"{verdict}: {self.name} ({self.artifact})", f"receipt: {self.receipt}"]
+        lines = [
+            f"{verdict}: {shown(self.name)} ({shown(self.artifact)})",
+            f"receipt: {shown(self.receipt)}",
+        ]
         if self.reason:
-            lines.append(f"reason: {self.reason}")
+            lines.append(f"reason: {shown(self.reason)}")
         if self.signer_key_id:
-            lines.append(f"signer key id: {self.signer_key_id}")
+            lines.append(f"signer key id: {shown(self.signer_key_id)}")
         for key, value in self.facts.items():
-            lines.append(f"{key}: {value}")
+            lines.append(f"{shown(key)}: {shown(value)}")
         lines.append(f"exit code {int(self.exit_code)}")
         return "\n".join(lines)
 

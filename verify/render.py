@@ -2,11 +2,12 @@
 
 Every function is pure: it takes a report and returns a ``str``; the CLI writes it out.
 
-Bundle content is attacker-controlled (member names, reasons quoting record fields), so the
-renderers never pass it through raw: the text summary escapes control and bidirectional
-formatting characters (no terminal escape injection, no visually reordered lines), JUnit
-replaces characters XML 1.0 cannot carry, and JSON/SARIF rely on ``json.dumps`` escaping with
-ASCII-only output.
+Bundle content is attacker-controlled (member names, run ids, times, reasons quoting record
+fields), and so are paths given on the command line, which need not be UTF-8. The renderers
+never pass such text through raw: every string of every format is shown in the display form of
+``textsafe`` (one printable line, controls, bidirectional and invisible characters escaped,
+lossless, no ``::`` or ``##[`` workflow command), which also carries only characters XML 1.0
+and every JSON parser accept; JSON and SARIF are ASCII-only on top of that.
 
 The JSON form is a stable format described by ``schemas/verify-report.schema.json``.
 """
@@ -14,12 +15,11 @@ The JSON form is a stable format described by ``schemas/verify-report.schema.jso
 from __future__ import annotations
 
 import json
-import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import quote
 
+from . import textsafe
 from .report import (
     CHECK_HINTS,
     CHECK_ORDER,
@@ -113,28 +113,10 @@ _STATUS_COLOR: Final = {
 }
 _OUTCOME_COLOR: Final = {Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.SKIPPED: "yellow"}
 
-# C0/C1 controls, DEL, bidirectional formatting characters, line/paragraph separators, and
-# lone surrogates: shown as escapes in the text summary.
-_UNSAFE_TEXT = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
-# Everything XML 1.0 cannot carry (Char production), plus the discouraged C1 controls and DEL.
-_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def _safe_text(value: object) -> str:
-    """``value`` as one printable line for a terminal: controls and bidi marks escaped."""
-    return _UNSAFE_TEXT.sub(_escape_char, str(value))
-
-
-def _xml_safe(value: object) -> str:
-    """``value`` with every character XML 1.0 cannot carry replaced by a visible escape."""
-    return _XML_ILLEGAL.sub(_escape_char, str(value))
+_safe_text = textsafe.text
+"""Every string shown, in every format: the display form (see ``textsafe``). It carries no
+character XML 1.0 cannot (controls, surrogates and noncharacters are all escaped), so JUnit
+needs nothing more."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +213,7 @@ def render_text(report: Report, *, color: bool = False) -> str:
     lines.append("checks:")
     if not report.checks:
         lines.append("  (none ran)")
-    width = max((len(result.name) for result in report.checks), default=0)
+    width = max((len(_safe_text(result.name)) for result in report.checks), default=0)
     for result in report.checks:
         tag = _paint(
             f"[{_OUTCOME_TAGS[result.outcome]}]", _OUTCOME_COLOR.get(result.outcome), color
@@ -299,9 +281,10 @@ def render_text(report: Report, *, color: bool = False) -> str:
 
 
 def report_to_dict(report: Report) -> dict[str, Any]:
-    """The JSON document of ``report`` (schemas/verify-report.schema.json) as a dict."""
+    """The JSON document of ``report`` (schemas/verify-report.schema.json) as a dict, every
+    string (keys of ``kinds`` included) in the display form of ``textsafe``."""
     failure = report.failure
-    return {
+    document = {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
         "verifier_version": report.verifier_version,
@@ -339,6 +322,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             for store in report.stores
         ],
     }
+    safe: dict[str, Any] = textsafe.json_safe(document)
+    return safe
 
 
 def render_json(report: Report) -> str:
@@ -350,18 +335,19 @@ def render_json(report: Report) -> str:
 
 
 def _failure_text(problem: _Problem) -> str:
-    lines = [f"check: {problem.rule}"]
+    """The failure's body: one ``label: value`` line per fact, each value in display form."""
+    lines = [f"check: {_safe_text(problem.rule)}"]
     failure = problem.failure
     if failure is not None:
         if failure.member is not None:
-            lines.append(f"member: {failure.member}")
+            lines.append(f"member: {_safe_text(failure.member)}")
         if failure.line is not None:
             lines.append(f"line: {failure.line}")
         if failure.seq is not None:
             lines.append(f"seq: {failure.seq}")
-    lines.append(f"reason: {problem.reason}")
+    lines.append(f"reason: {_safe_text(problem.reason)}")
     if problem.hint:
-        lines.append(f"what to do: {problem.hint}")
+        lines.append(f"what to do: {_safe_text(problem.hint)}")
     return "\n".join(lines)
 
 
@@ -378,7 +364,7 @@ def render_junit(report: Report) -> str:
         ("trusted_by", report.trusted_by or ""),
         ("verifier_version", report.verifier_version),
     ):
-        ET.SubElement(properties, "property", {"name": name, "value": _xml_safe(value)})
+        ET.SubElement(properties, "property", {"name": name, "value": _safe_text(value)})
 
     tests = failures = skipped = 0
     cases: list[tuple[str, str, Outcome, str]] = [
@@ -397,7 +383,7 @@ def render_junit(report: Report) -> str:
         case = ET.SubElement(
             suite,
             "testcase",
-            {"classname": _xml_safe(f"{TOOL_NAME}.{name}"), "name": _xml_safe(title)},
+            {"classname": _safe_text(f"{TOOL_NAME}.{name}"), "name": _safe_text(title)},
         )
         problem = problems.get(name)
         if outcome is Outcome.FAILED or problem is not None:
@@ -407,9 +393,9 @@ def render_junit(report: Report) -> str:
             element = ET.SubElement(
                 case,
                 "failure",
-                {"message": _xml_safe(problem.reason), "type": _xml_safe(problem.rule)},
+                {"message": _safe_text(problem.reason), "type": _safe_text(problem.rule)},
             )
-            element.text = _xml_safe(_failure_text(problem))
+            element.text = _failure_text(problem)
         elif outcome in (Outcome.SKIPPED, Outcome.NOT_RUN):
             skipped += 1
             if outcome is Outcome.NOT_RUN:
@@ -418,7 +404,7 @@ def render_junit(report: Report) -> str:
                     message += f" ({stopped_at})"
             else:
                 message = detail or "skipped"
-            ET.SubElement(case, "skipped", {"message": _xml_safe(message)})
+            ET.SubElement(case, "skipped", {"message": _safe_text(message)})
     suite.set("tests", str(tests))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
@@ -432,8 +418,9 @@ def render_junit(report: Report) -> str:
 
 
 def _uri(path: str) -> str:
-    """A URI reference for a bundle path or member name (percent-encoded, ``/`` kept)."""
-    return quote(path.replace("\\", "/"), safe="/:@")
+    """A URI reference for a bundle path or member name (percent-encoded from its bytes,
+    ``/`` kept, backslashes turned into ``/``)."""
+    return textsafe.uri(path.replace("\\", "/"))
 
 
 def render_sarif(report: Report) -> str:
@@ -499,7 +486,10 @@ def sarif_document(
     successful: bool,
     exit_code: int,
 ) -> str:
-    """One SARIF 2.1.0 run of ``tool`` (shared by the bundle and gate reports)."""
+    """One SARIF 2.1.0 run of ``tool`` (shared by the bundle and gate reports).
+
+    Callers pass raw text; every string of the document is put in display form here, once
+    (URIs, already percent-encoded by ``textsafe.uri``, are unchanged by it)."""
     driver: dict[str, Any] = {"name": tool, "rules": rules}
     if version:
         driver["version"] = version
@@ -514,7 +504,7 @@ def sarif_document(
             }
         ],
     }
-    return json.dumps(document, sort_keys=True, indent=2) + "\n"
+    return json.dumps(textsafe.json_safe(document), sort_keys=True, indent=2) + "\n"
 
 
 # ------------------------------------------------------------------------------------ dispatch
