@@ -27,8 +27,10 @@ from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import canonical_bytes, parse_canonical
 from harness.verify.cose import MalformedCoseError, verify_sign1
 from harness.verify.errors import CanonicalEncodingError
+from harness.verify.fsm import TRANSITIONS, is_legal
 from harness.verify.layout import (
     attestation_member,
+    checkpoint_member,
     consistency_member,
     quarantine_member,
     store_member,
@@ -520,3 +522,112 @@ def test_untrusted_names_no_member(small: tuple[bytes, OperatorKeys]) -> None:
     assert report.status.value == "verified-untrusted"
     assert report.failure is not None and report.failure.check == "trust"
     assert (report.failure.member, report.failure.line, report.failure.seq) == (None, None, None)
+
+
+def test_checkpoint_size_mismatch_names_the_checkpoint(small: tuple[bytes, OperatorKeys]) -> None:
+    data, keys = small
+    first = checkpoint_member(RUN_ID, "audit", 2)
+
+    def edit(bundle: Bundle) -> None:
+        bundle.members[first] = bundle.members[checkpoint_member(RUN_ID, "audit", 4)]
+
+    _refused(_verify(_edited(data, keys, edit), keys), "merkle-roots", first)
+
+
+def test_checkpoint_signature_failure_names_no_member(small: tuple[bytes, OperatorKeys]) -> None:
+    data, keys = small
+    member = checkpoint_member(RUN_ID, "audit", 2)
+
+    def edit(bundle: Bundle) -> None:
+        note = bundle.members[member]
+        cut = note.rindex(b" ") + 10  # inside the base64 of the signature line
+        bundle.members[member] = (
+            note[:cut] + (b"A" if note[cut : cut + 1] != b"A" else b"B") + (note[cut + 1 :])
+        )
+
+    _refused(_verify(_edited(data, keys, edit), keys), "merkle-roots", None)
+
+
+# ---------------------------------------------------------------- verifier §3.10: read errors
+
+
+def _unreadable(report: Report, check: str) -> None:
+    assert report.status.value == "unreadable", (report.status, report.failure)
+    assert report.failure is not None and report.failure.check == check, report.failure
+    assert (report.failure.member, report.failure.line, report.failure.seq) == (None, None, None)
+
+
+def test_oversized_proof_member_is_unreadable(small: tuple[bytes, OperatorKeys]) -> None:
+    """Earlier drafts said *invalid* (the reader wrapped the read error)."""
+    data, keys = small
+    member = _proof_member()
+
+    def edit(bundle: Bundle) -> None:
+        bundle.members[member] = bundle.members[member] + b" " * (1 << 20)
+
+    _unreadable(_verify(_edited(data, keys, edit), keys), "consistency-proofs")
+
+
+def test_oversized_receipt_member_is_unreadable(full: tuple[bytes, OperatorKeys]) -> None:
+    data, keys = full
+    bundle = Bundle.from_tar(data, keys)
+    member = sorted(n for n in bundle.members if "/receipts/" in n)[0]
+    bundle.members[member] = bundle.members[member] + b" " * (4 << 20)
+    _unreadable(_verify(bundle.resign(), keys), "receipts")
+
+
+# ---------------------------------------------------------------- erratum 6: runtime.md §2
+
+
+def test_lifecycle_table_rows_are_exactly_the_legal_transitions() -> None:
+    """Rows marked "not used" are legal too: the table is the legal set, no more, no less."""
+    text = (SPEC / "runtime.md").read_text(encoding="utf-8")
+    section = text[text.index("## 2. Task lifecycle") : text.index("\n## 3.")]
+    rows = set(re.findall(r"^\| `([a-z_]+)` \| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+    legal = {(a.value, b.value) for a, targets in TRANSITIONS.items() for b in targets}
+    assert rows == legal
+    assert "not used" in section  # the rows the reference runtime never writes are still listed
+    assert all(is_legal(a, b) for a, b in rows)
+
+
+# ---------------------------------------------------------------- erratum 11: HMAC key files
+
+
+@pytest.mark.parametrize(
+    ("text", "ok"),
+    [
+        (b"ab" * 32 + b"\n", True),
+        (b"AB" * 32, True),
+        (b"\t" + b"ab " * 32 + b"\r\n", True),
+        (b"ab\x0b\x0c" * 32, True),
+        (b"\x1c" + b"ab" * 32, True),  # verifier only: str.strip removes 1C-1F
+        (b"a b" + b"ab" * 31 + b"b", False),  # whitespace inside a pair
+        (b"ab\x1f" * 32, False),  # 1F between pairs
+        (b"ab" * 31, False),  # 31 bytes
+        (b"\xc2\xa0" + b"ab" * 32, False),  # not ASCII
+    ],
+)
+def test_verifier_hmac_key_file_rule(tmp_path: Path, text: bytes, ok: bool) -> None:
+    import typer
+
+    from harness.verify.cli import _read_hmac_key
+
+    path = tmp_path / "hmac.key"
+    path.write_bytes(text)
+    if ok:
+        assert _read_hmac_key(path) == bytes.fromhex("ab" * 32)
+    else:
+        with pytest.raises(typer.BadParameter):
+            _read_hmac_key(path)
+
+
+def test_runtime_hmac_key_file_does_not_strip_1c(tmp_path: Path) -> None:
+    from harness.receipts.keys import KeyFileError, load_hmac_master
+
+    path = tmp_path / "hmac.key"
+    path.write_bytes(b"\x1c" + b"ab" * 32)
+    path.chmod(0o600)
+    with pytest.raises(KeyFileError):
+        load_hmac_master(path)
+    path.write_bytes(b" " + b"ab " * 32 + b"\n")
+    assert load_hmac_master(path) == bytes.fromhex("ab" * 32)
