@@ -12,7 +12,15 @@ A task's *chain* is its adapter plus its tools. When the union of the chain's ta
 three (the "lethal trifecta": an injected instruction can read private data and send it out),
 ``check_task`` returns a ``Denial`` and the runtime refuses the task before any process starts
 (FSM state DENIED). Two tags are allowed. Anything not in the matrix gets all three tags, so an
-unknown tool can never complete a chain silently.
+unknown tool can never complete a chain silently. The decision itself is the verifier's rule
+(``harness.verify.rules.trifecta``): the runtime records the effective matrix in ``run.start``
+and the verifier re-decides every task from it.
+
+An adapter's tags are lowered only by its sandbox (decision 0016): ``external_comm`` is dropped
+when the agent's recorded sandbox profile has no network, ``private_data`` when it has no
+private mounts (the operator's home, the state folder, the keys). A configuration file may add
+tags to an adapter but never drop one the built-in matrix gives it (for an unknown adapter:
+all three).
 
 Built-in defaults (``DEFAULT_MATRIX``; a configuration file replaces them per name):
 
@@ -44,8 +52,8 @@ Configuration file (``capabilities.toml``, TOML 1.0; ``load_capabilities``)::
     [tools.shell]
     tags = ["untrusted_input"]          # replaces the built-in entry for "shell"
 
-    [adapters.claude]
-    tags = ["untrusted_input", "external_comm"]   # e.g. a sandbox without private files
+    [adapters.scripted]
+    tags = ["untrusted_input"]          # adapters: add tags only (the sandbox lowers them)
 
     [mcp.github]                        # referenced by tasks as tool "mcp:github"
     tags = ["untrusted_input", "external_comm"]
@@ -63,6 +71,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
+
+from harness.verify.rules import trifecta
 
 from .model import TaskSpec
 from .plan import MCP_PREFIX, NAME_RE
@@ -145,25 +155,24 @@ class Denial:
     reason: str
 
 
-def check_task(task: TaskSpec, matrix: CapabilityMatrix) -> Denial | None:
-    """A Denial if the task's adapter and tools together hold all three tags, else None."""
-    chain = [(f"adapter:{task.adapter}", matrix.adapter_tags(task.adapter))]
-    chain.extend((tool, matrix.tool_tags(tool)) for tool in task.tools)
-    union: set[Tag] = set()
-    for _, tags in chain:
-        union |= tags
-    if union != ALL_TAGS:
+def check_task(
+    task: TaskSpec, matrix: CapabilityMatrix, sandbox: Mapping[str, Any] | None = None
+) -> Denial | None:
+    """A Denial if the task's chain holds all three tags, else None.
+
+    The decision is the verifier's rule (``harness.verify.rules.trifecta.decide``): the
+    adapter's tags are lowered only by what ``sandbox`` (the profile the agent runs in)
+    physically guarantees; None lowers nothing.
+    """
+    decision = trifecta.decide(matrix, task.adapter, task.tools, sandbox)
+    if not decision.denied:
         return None
-    sources = "; ".join(
-        f"{tag.value} via {', '.join(name for name, tags in chain if tag in tags)}" for tag in Tag
-    )
-    return Denial(
-        task=task.id,
-        tools=tuple(name for name, tags in chain if tags),
-        tags=tuple(sorted(tag.value for tag in union)),
-        reason=f"lethal trifecta (private data, untrusted input, external communication): "
-        f"{sources}",
-    )
+    return Denial(task=task.id, tools=decision.chain, tags=decision.tags, reason=decision.reason)
+
+
+def matrix_object(matrix: CapabilityMatrix) -> dict[str, dict[str, list[str]]]:
+    """The effective matrix as recorded in ``run.start.capabilities``."""
+    return trifecta.matrix_object(matrix)
 
 
 def parse_capabilities(
@@ -186,7 +195,17 @@ def parse_capabilities(
             key = f"{section}.{_quote(str(name))}"
             if not NAME_RE.fullmatch(str(name)):
                 raise CapabilityError(key, f"{name!r} is not a valid name ({NAME_RE.pattern})")
-            merged[section][str(name)] = _parse_entry(entry, key)
+            tags = _parse_entry(entry, key)
+            if section == "adapters":
+                floor = base.adapter_tags(str(name))
+                dropped = sorted(tag.value for tag in floor - tags)
+                if dropped:
+                    raise CapabilityError(
+                        f"{key}.tags",
+                        f"cannot drop {', '.join(dropped)} from an adapter: only the recorded "
+                        "sandbox lowers an adapter's risks (decision 0016)",
+                    )
+            merged[section][str(name)] = tags
     return CapabilityMatrix(tools=merged["tools"], adapters=merged["adapters"], mcp=merged["mcp"])
 
 

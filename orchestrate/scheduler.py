@@ -12,6 +12,9 @@ Rules (docs/spec/plan.md, "Scheduling"):
 
 * A task is *ready* when it is OPEN and every dependency is DONE. A dependency id missing from
   the snapshot is never DONE.
+The ordering and grouping below is the rule ``harness.verify.rules.schedule`` (one definition,
+DESIGN §9); this module finds the ready tasks and applies promotions.
+
 * Ready tasks are taken in order of descending ``priority``, then ascending ``order`` (position
   in the plan file), then ``id``.
 * In that order each task joins the still-filling batch of its (role, adapter) pair, or opens a
@@ -39,6 +42,7 @@ from operator import attrgetter, eq
 from typing import Final, overload
 
 from harness.verify.fsm import TaskState
+from harness.verify.rules import schedule
 
 from .model import Batch, Plan, TaskSpec, TaskView
 
@@ -177,10 +181,6 @@ def _ready(tasks: Sequence[TaskView]) -> list[TaskSpec]:
     return list(compress(ready, map(done.issuperset, map(_DEPENDS, ready))))
 
 
-def _priority_key(spec: TaskSpec) -> tuple[int, int, str]:
-    return (-spec.priority, spec.order, spec.id)
-
-
 def choose_batches(
     tasks: Sequence[TaskView],
     *,
@@ -188,42 +188,22 @@ def choose_batches(
     plan: Plan,
     next_batch_number: int,
 ) -> list[Batch]:
-    """The batches to start now (rules in the module docstring); [] when nothing can start."""
+    """The batches to start now: the ready tasks of the snapshot, ordered and grouped by the
+    rule ``harness.verify.rules.schedule.choose_batches``; [] when nothing can start."""
     max_batch = plan.max_batch
     if not 1 <= max_batch <= 3:
         raise ValueError(f"plan.max_batch must be 1..3, got {max_batch}")
     ready = _ready(tasks)
     if not ready:
         return []
-    ready.sort(key=_priority_key)
-    limits = plan.concurrency
-    room: dict[str, int] = {}
-    filling: dict[tuple[str, str], list[str]] = {}
-    opened: list[tuple[str, str, list[str]]] = []
-    for spec in ready:
-        role = spec.role
-        key = (role, spec.adapter)
-        members = filling.get(key)
-        if members is not None:
-            members.append(spec.id)
-            if len(members) >= max_batch:
-                del filling[key]
-            continue
-        left = room.get(role)
-        if left is None:
-            left = limits.get(role, 1) - in_flight.get(role, 0)
-        if left <= 0:
-            room[role] = 0
-            continue
-        room[role] = left - 1
-        members = [spec.id]
-        opened.append((role, spec.adapter, members))
-        if max_batch > 1:
-            filling[key] = members
-    return [
-        Batch(id=f"b{next_batch_number + i:04d}", role=role, adapter=adapter, tasks=tuple(ids))
-        for i, (role, adapter, ids) in enumerate(opened)
-    ]
+    chosen = schedule.choose_batches(
+        ready,
+        max_batch=max_batch,
+        limits=plan.concurrency,
+        in_flight=in_flight,
+        next_batch_number=next_batch_number,
+    )
+    return [Batch(id=c.id, role=c.role, adapter=c.adapter, tasks=c.tasks) for c in chosen]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 What goes in (docs/spec/bundle.md): ``manifest.json`` (canonical JSON listing every member with
 size and SHA-256, and what each store holds), ``manifest.sig`` (a signed note over the manifest
 digest), the signer's public verifier key, and per run: each store's records up to its newest
-signed checkpoint, the quarantined torn tails those records mention, every checkpoint, and a
-consistency proof between each pair of consecutive checkpoints.
+signed checkpoint, the quarantined torn tails those records mention, every checkpoint, a
+consistency proof between each pair of consecutive checkpoints, and (runs made by the runtime)
+the plan document ``runs/<run>/plan.json`` whose digest ``run.start`` records.
 
 Never in: any secret. Only the public verifier key is written, and a test scans bundles for the
 private key and HMAC key bytes.
@@ -40,6 +41,7 @@ from harness.verify.layout import (
     consistency_member,
     key_member,
     manifest_note_text,
+    plan_member,
     quarantine_member,
     receipt_member,
     store_member,
@@ -219,6 +221,9 @@ def _collect_run(
     times: list[str] = []
     receipts: list[int] = []
     merged: frozenset[str] | None = None
+    if recorder.plan_path.exists():  # runtime runs: the plan run.start binds
+        plan = recorder.plan_path.read_bytes()
+        members[plan_member(run_id)] = _Source(data=plan)
     for store in FOLD_ORDER:
         writer = recorder.store(store)
         sealed = writer.checkpoint(signer)

@@ -5,10 +5,12 @@ Layout (docs/spec/stores.md)::
     <state>/runs/<run id>/<store>.jsonl                 records
     <state>/runs/<run id>/<store>.quarantine.jsonl      torn tails moved aside (if any)
     <state>/runs/<run id>/checkpoints/<store>/<size, 20 digits>.note   signed checkpoints
+    <state>/runs/<run id>/plan.json                     the plan document (runtime runs)
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +19,9 @@ from typing import Any
 from harness.verify.records import STORES
 
 from .keys import OperatorKeys
-from .store import StoreWriter, utc_now
+from .store import StoreWriter, fsync_dir, utc_now
+
+PLAN_FILE = "plan.json"
 
 
 def run_dir(state_dir: Path, run_id: str) -> Path:
@@ -52,6 +56,30 @@ class RunRecorder:
             )
             self._writers[name] = writer
         return writer
+
+    @property
+    def plan_path(self) -> Path:
+        return self.folder / PLAN_FILE
+
+    def write_plan(self, document: bytes) -> None:
+        """Store the plan document durably before ``run.start`` names its digest.
+
+        Written once: a resumed run finds the same bytes (anything else is an error, since
+        ``run.start`` already binds the first ones).
+        """
+        path = self.plan_path
+        if path.exists():
+            if path.read_bytes() != document:
+                raise ValueError(f"{path}: holds another plan than this run's")
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{PLAN_FILE}.tmp")
+        with tmp.open("wb") as handle:
+            handle.write(document)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.folder)
 
     def record(self, store: str, kind: str, body: Mapping[str, Any]) -> int:
         """Append one record durably; returns its seq."""

@@ -31,6 +31,7 @@ from harness.verify.errors import ChainError, SchemaError, VerificationError
 from harness.verify.merkle import CompactRange, leaf_hash
 from harness.verify.records import (
     MAX_LINE_BYTES,
+    RECORD_VERSION,
     RUN_ID_RE,
     STORES,
     check_body,
@@ -257,7 +258,7 @@ class StoreWriter:
                         "seq": seq,
                         "store": self.store,
                         "time": now,
-                        "v": 1,
+                        "v": RECORD_VERSION,
                     }
                 )
             except VerificationError as exc:

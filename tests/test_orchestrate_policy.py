@@ -87,12 +87,26 @@ def test_unknown_tool_alone_is_denied() -> None:
     assert denial.tools == ("mcp:github",)
 
 
-def test_real_cli_adapter_denied_unless_configured() -> None:
+BWRAP_OFFLINE = {"kind": "bwrap", "network": False, "private_mounts": False, "opt_out": False}
+
+
+def test_real_cli_adapter_denied_unless_its_sandbox_rules_risks_out() -> None:
     denial = check_task(task(adapter="claude"), DEFAULT_MATRIX)
     assert denial is not None and denial.tools == ("adapter:claude",)
-    matrix = parse_capabilities({"adapters": {"claude": {"tags": ["untrusted_input"]}}})
-    assert check_task(task(adapter="claude", tools=("web",)), matrix) is None
-    assert check_task(task(adapter="claude", tools=("web", "secrets")), matrix) is not None
+    # configuration cannot talk the risks away (decision 0016) ...
+    with pytest.raises(CapabilityError, match=r"adapters.claude.tags: cannot drop external_comm"):
+        parse_capabilities({"adapters": {"claude": {"tags": ["untrusted_input"]}}})
+    # ... only a sandbox that physically rules them out does
+    assert check_task(task(adapter="claude", tools=("web",)), DEFAULT_MATRIX, BWRAP_OFFLINE) is None
+    networked = {**BWRAP_OFFLINE, "network": True}
+    assert check_task(task(adapter="claude", tools=("web",)), DEFAULT_MATRIX, networked) is None
+    assert check_task(task(adapter="claude"), DEFAULT_MATRIX, networked) is None
+    mounted = {**BWRAP_OFFLINE, "network": True, "private_mounts": True}
+    assert check_task(task(adapter="claude"), DEFAULT_MATRIX, mounted) is not None
+    opted_out = {"kind": "none", "network": False, "private_mounts": False, "opt_out": True}
+    assert check_task(task(adapter="claude"), DEFAULT_MATRIX, opted_out) is not None
+    secrets = task(adapter="claude", tools=("web", "secrets"))
+    assert check_task(secrets, DEFAULT_MATRIX, BWRAP_OFFLINE) is not None  # tools keep theirs
 
 
 def test_config_file(tmp_path: Path) -> None:
@@ -100,14 +114,16 @@ def test_config_file(tmp_path: Path) -> None:
     path.write_text(
         "[tools.shell]\ntags = []\n"
         '[mcp.github]\ntags = ["untrusted_input", "external_comm"]\n'
-        '[adapters."my.cli"]\ntags = ["private_data"]\n'
+        '[adapters."my.cli"]\ntags = ["private_data", "untrusted_input", "external_comm"]\n'
+        '[adapters.scripted]\ntags = ["untrusted_input"]\n'
     )
     matrix = load_capabilities(path)
     assert matrix.tool_tags("shell") == NO_TAGS  # replaces the built-in entry
     assert matrix.tool_tags("web") == DEFAULT_MATRIX.tool_tags("web")  # others kept
     assert matrix.tool_tags("mcp:github") == {Tag.UNTRUSTED_INPUT, Tag.EXTERNAL_COMM}
     assert matrix.tool_tags("github") == ALL_TAGS  # a plain tool is not the MCP server
-    assert matrix.adapter_tags("my.cli") == {Tag.PRIVATE_DATA}
+    assert matrix.adapter_tags("my.cli") == ALL_TAGS
+    assert matrix.adapter_tags("scripted") == {Tag.UNTRUSTED_INPUT}  # adapters: add only
     assert check_task(task(adapter="my.cli", tools=("mcp:github",)), matrix) is not None
     bare = parse_capabilities({"tools": {"edit": {"tags": []}}}, base=CapabilityMatrix())
     assert bare.tool_tags("edit") == NO_TAGS and bare.tool_tags("shell") == ALL_TAGS
@@ -135,6 +151,10 @@ def test_config_file(tmp_path: Path) -> None:
             "adapters.x.tags[1]: tag 'private_data' repeats",
         ),
         ({"adapters": {"x": {"tags": [1]}}}, "adapters.x.tags[0]: unknown tag 1"),
+        (
+            {"adapters": {"x": {"tags": ["private_data", "untrusted_input"]}}},
+            "adapters.x.tags: cannot drop external_comm from an adapter",
+        ),
         ({"tools": {"a b": {"tags": []}}}, "tools.\"a b\": 'a b' is not a valid name"),
         ({"tools": {"mcp:x": {"tags": []}}}, "tools.\"mcp:x\": 'mcp:x' is not a valid name"),
     ],

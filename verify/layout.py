@@ -10,7 +10,7 @@ import tarfile
 from typing import Final
 
 BUNDLE_FORMAT: Final = "harness-verify/bundle"
-BUNDLE_VERSION: Final = 1
+BUNDLE_VERSION: Final = 2
 MANIFEST: Final = "manifest.json"
 MANIFEST_SIG: Final = "manifest.sig"
 MANIFEST_NOTE_ORIGIN: Final = "harness-verify/v1/bundle"
@@ -19,6 +19,11 @@ MANIFEST_NOTE_ORIGIN: Final = "harness-verify/v1/bundle"
 
 def key_member(key_id: str) -> str:
     return f"keys/{key_id}.vkey"
+
+
+def plan_member(run_id: str) -> str:
+    """The run's plan document (canonical JSON); ``run.start.plan_sha256`` is its digest."""
+    return f"runs/{run_id}/plan.json"
 
 
 def store_member(run_id: str, store: str) -> str:

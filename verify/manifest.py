@@ -2,7 +2,7 @@
 
 ``manifest.json`` is canonical JSON (docs/spec/bundle.md, schemas/manifest.schema.json)::
 
-    {"format": "harness-verify/bundle", "version": 1, "producer": "harness-verify 0.1.0",
+    {"format": "harness-verify/bundle", "version": 2, "producer": "harness-verify 0.1.0",
      "signer": "<signed-note verifier key>",
      "runs": [{"run": "<id>", "stores": {"<store>": {"records": N, "root": "<hex>",
                "checkpoints": [sizes...], "quarantine": false}, ... all four ...}}],

@@ -11,6 +11,8 @@ Per run, over the audit and lineage stores (already verified record by record):
 * every lineage record names a declared task that was part of a spawned batch.
 
 Runs without ``task.planned`` records (no runtime involved) have nothing to check here.
+Format-2 runtime runs start with ``run.start``; their recorded decisions are re-decided from
+the recorded policy by ``harness.verify.policycheck`` in the same pass.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 
 from .errors import VerificationError
 from .fsm import INITIAL, TaskState, is_legal
+from .layout import plan_member
+from .policycheck import PolicyCheck
 from .records import Record
 
 
@@ -43,6 +47,7 @@ class RunSemantics:
     run: str
     tasks: dict[str, _Task] = field(default_factory=dict)
     declared: bool = False
+    policy: PolicyCheck | None = None
 
     def _task(self, name: str, where: str) -> _Task:
         task = self.tasks.get(name)
@@ -51,6 +56,8 @@ class RunSemantics:
         return task
 
     def audit(self, record: Record, where: str) -> None:
+        if self.policy is not None:
+            self.policy.audit(record, where)
         body = record.body
         kind = record.kind
         if kind == "task.planned":
@@ -111,6 +118,8 @@ class RunSemantics:
             task.merged = task.merged or bool(body["merged"])
 
     def lineage(self, record: Record, where: str) -> None:
+        if self.policy is not None:
+            self.policy.lineage(record, where)
         if not self.declared or record.kind not in ("artifact.write", "artifact.delete"):
             return
         task = self._task(str(record.body["task"]), where)
@@ -121,6 +130,10 @@ class RunSemantics:
             )
 
     def finish(self) -> None:
+        if self.policy is not None:
+            self.policy.finish()
+        if self.declared and (self.policy is None or not self.policy.started):
+            raise SemanticsError(f"run {self.run!r} declares tasks but has no run.start record")
         for name, task in self.tasks.items():
             if task.denied_by_capability and task.state is not TaskState.DENIED:
                 raise SemanticsError(f"task {name!r} was denied but ends {task.state.value!r}")
@@ -130,9 +143,11 @@ def check_run_semantics(
     run: str,
     audit: Iterable[tuple[Record, str]],
     lineage: Iterable[tuple[Record, str]],
+    plan: bytes | None = None,
 ) -> RunSemantics:
-    """Check one run; ``audit``/``lineage`` yield (record, location) in store order."""
-    semantics = RunSemantics(run)
+    """Check one run; ``audit``/``lineage`` yield (record, location) in store order, ``plan``
+    is the run's plan member (None when the bundle has none)."""
+    semantics = RunSemantics(run, policy=PolicyCheck(run, plan, plan_member(run)))
     for record, where in audit:
         semantics.audit(record, where)
     if semantics.declared:  # without runtime records there is nothing to attribute: skip the pass
