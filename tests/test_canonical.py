@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -170,5 +169,20 @@ def test_any_inserted_whitespace_is_rejected(value: Any, data: st.DataObject) ->
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_never_crash(data: bytes) -> None:
-    with contextlib.suppress(CanonicalEncodingError):
-        parse_canonical(data)
+    """Only CanonicalEncodingError, and whatever is accepted re-encodes to exactly itself."""
+    try:
+        value = parse_canonical(data)
+    except CanonicalEncodingError:
+        return
+    assert canonical_bytes(value) == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_accepted_canonical_bytes_re_encode_to_themselves(value: Any) -> None:
+    """Canonical bytes are a fixed point: parse then encode gives the same bytes (no surrogates:
+    they have no UTF-8 encoding, so they cannot be canonical)."""
+    if _has_surrogate(value):
+        return
+    out = canonical_bytes(value)
+    assert canonical_bytes(parse_canonical(out)) == out

@@ -281,7 +281,10 @@ def test_non_seekable_input_is_unreadable_not_a_traceback(corpus: dict[str, Case
     )
     stderr = ran.stderr.decode("utf-8", "replace")
     assert "Traceback" not in stderr, stderr[-800:]
-    assert ran.returncode in (3, 4), ran.returncode
+    # A pipe is never a regular file: unreadable input, exit 4, refused by the archive check.
+    assert ran.returncode == 4, ran.returncode
+    report = json.loads(ran.stdout)
+    assert (report["status"], report["failure"]["check"]) == ("unreadable", "archive")
 
 
 class _HighWater(io.BytesIO):

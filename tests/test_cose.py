@@ -41,6 +41,7 @@ from harness.verify.cose import (
     MalformedCoseError,
     ReceiptError,
     ReceiptProofError,
+    Sign1,
     decode_sign1,
     verify_inclusion_receipt,
     verify_sign1,
@@ -416,10 +417,16 @@ def test_alg_swapped_to_es256_with_ed25519_key() -> None:
         verify_sign1(_raw({1: -7, 4: KID}), PUB)
 
 
-@pytest.mark.parametrize("alg", [-35, -19, 0, "EdDSA", True, -8.0, None])
+@pytest.mark.parametrize("alg", [-35, -19, 0, "EdDSA", True, None])
 def test_unsupported_alg(alg: Any) -> None:
-    with pytest.raises((CoseAlgorithmError, MalformedCoseError)):
+    with pytest.raises(CoseAlgorithmError, match=r"alg .* is not supported; expected EdDSA"):
         verify_sign1(_raw({1: alg, 4: KID}), PUB)
+
+
+def test_float_alg_is_malformed_before_it_is_an_algorithm() -> None:
+    # -8.0 is not EdDSA (-8): floats are refused by the strict decoder, before any alg lookup.
+    with pytest.raises(MalformedCoseError, match="floating-point values are not allowed"):
+        verify_sign1(_raw({1: -8.0, 4: KID}), PUB)
 
 
 def test_alg_true_is_not_edDSA_alias() -> None:
@@ -926,7 +933,11 @@ def test_random_bytes_only_verification_errors(data: bytes) -> None:
         verify_sign1(data, PUB)
     with pytest.raises(VerificationError):
         verify_inclusion_receipt(data, PUB, _RECEIPT_TREE.leaf(4))
-    _only_verification_errors(lambda: decode_sign1(data))
+    decoded = _only_verification_errors(lambda: decode_sign1(data))
+    if decoded is not None:  # strict decoding: what is accepted re-encodes to the same bytes
+        assert isinstance(decoded, Sign1)
+        items = [decoded.protected_bytes, decoded.unprotected, decoded.payload, decoded.signature]
+        assert cbor2.dumps(cbor2.CBORTag(18, items)) == data
 
 
 @settings(max_examples=500, deadline=None)
@@ -1016,7 +1027,11 @@ def test_random_protected_headers_validly_signed(extra: dict[int, Any]) -> None:
         message = _raw(protected)
     except Exception:
         return
-    _only_verification_errors(lambda: verify_sign1(message, PUB))
+    payload = _only_verification_errors(lambda: verify_sign1(message, PUB))
+    if payload is not None:  # verified: the signed payload, EdDSA kept, no critical header
+        assert payload == PAYLOAD
+        assert protected[1] == -8 and type(protected[1]) is int
+        assert 2 not in protected
 
 
 _HUGE = -(2**20000)  # a CBOR bignum whose repr() raises ValueError (int max str digits)
@@ -1048,5 +1063,7 @@ def test_receipt_huge_size_or_index(field: int, value: int) -> None:
     proof = [6, 4, tree.inclusion_proof(4)]
     proof[field] = value
     forged = _with_proofs(receipt, [cbor2.dumps(proof)])
-    with pytest.raises(ReceiptError, match=r"unsigned integer|exceeds the uint64 range"):
+    name = ("tree-size", "leaf-index")[field]
+    expected = "must be an unsigned integer" if value < 0 else "exceeds the uint64 range"
+    with pytest.raises(ReceiptError, match=rf"COSE receipt {name} .*{expected}"):
         verify_inclusion_receipt(forged, PUB, tree.leaf(4))

@@ -176,7 +176,9 @@ def _record_state(state: Path) -> None:
             {
                 "actor": "agent",
                 "model": "m",
+                "mode": "100644",
                 "parents": [],
+                "parent_mode": None,
                 "path": "src/answer.py",
                 "sha256": hashlib.sha256(CONTENT).hexdigest(),
                 "step": 0,
@@ -282,6 +284,51 @@ def _mutated(document: Doc, change: Callable[[Doc], object]) -> Doc:
     return copied
 
 
+def _changed_paths(
+    old: object, new: object, at: tuple[object, ...] = ()
+) -> list[tuple[object, ...]]:
+    """JSON paths at which two documents differ (a member added, removed or changed)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        paths: list[tuple[object, ...]] = []
+        for key in sorted(set(old) | set(new)):
+            if key not in old or key not in new:
+                paths.append((*at, key))
+            else:
+                paths.extend(_changed_paths(old[key], new[key], (*at, key)))
+        return paths
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        pairs = enumerate(zip(old, new, strict=True))
+        return [p for i, (a, b) in pairs for p in _changed_paths(a, b, (*at, i))]
+    return [] if old == new else [at]
+
+
+def _assert_rejected_for(
+    name: str, original: Doc, mutated: Doc, keyword: str, at: tuple[object, ...] | None = None
+) -> None:
+    """The schema refuses ``mutated`` with ``keyword`` at (or above) a member the mutation touched
+    (or at ``at``, for a rule that ties one member to another, e.g. status and reason).
+
+    The unmutated document must validate first: otherwise any unrelated error (an outdated
+    golden vector, a typo in the schema) would make every mutation look rejected.
+    """
+    assert _errors(name, original) == [], f"the unmutated {name} document must validate"
+    changed = _changed_paths(original, mutated)
+    assert changed, "the mutation changed nothing"
+    if at is not None:
+        changed = [at]
+    errors = list(_validator(name).iter_errors(mutated))
+    found = [(list(e.absolute_path), e.validator) for e in errors]
+    assert any(
+        e.validator == keyword
+        and any(
+            tuple(e.absolute_path) == p[: len(e.absolute_path)]
+            or p == tuple(e.absolute_path)[: len(p)]
+            for p in changed
+        )
+        for e in errors
+    ), f"expected {keyword!r} at one of {changed}, got {found}"
+
+
 RECEIPT_MUTATIONS: dict[str, Callable[[Doc], object]] = {
     "extra member": lambda d: d.update(extra=1),
     "missing cose": lambda d: d.pop("cose"),
@@ -300,10 +347,57 @@ RECEIPT_MUTATIONS: dict[str, Callable[[Doc], object]] = {
 }
 
 
+# The JSON Schema keyword each mutation must trip (its location is derived from the mutation).
+EXPECTED_KEYWORD: dict[str, str] = {
+    "extra member": "additionalProperties",
+    "missing cose": "required",
+    "format": "const",
+    "v 2": "const",
+    "negative leaf_index": "minimum",
+    "leaf_index as text": "type",
+    "tree_size 0": "minimum",
+    "uppercase hash": "pattern",
+    "short hash": "pattern",
+    "bad run id": "pattern",
+    "cose not base64": "pattern",
+    "checkpoint of audit": "pattern",
+    "run without receipts": "required",
+    "negative receipt": "minimum",
+    "receipt as text": "type",
+    "repeated receipt": "uniqueItems",
+    "receipts not a list": "type",
+    "extra run member": "additionalProperties",
+    "other payload type": "const",
+    "no signatures": "minItems",
+    "17 signatures": "maxItems",
+    "signature without sig": "required",
+    "signature extra member": "additionalProperties",
+    "unpadded payload": "anyOf",
+    "mixed alphabets": "anyOf",
+    "whitespace in sig": "anyOf",
+    "legacy type": "const",
+    "no subjects": "minItems",
+    "subject with uri": "additionalProperties",
+    "subject sha512": "additionalProperties",
+    "lineage type on summary": "const",
+    "summary without replay": "required",
+    "summary extra store": "additionalProperties",
+    "summary bad time": "pattern",
+    "summary extra member": "additionalProperties",
+    "summary key id uppercase": "pattern",
+    "store without checkpoints": "minItems",
+    "lineage empty model": "anyOf",
+    "lineage negative step": "minimum",
+    "lineage missing seq": "required",
+    "lineage no artifacts": "minItems",
+}
+
+
 @pytest.mark.parametrize("mutation", RECEIPT_MUTATIONS)
 def test_mutated_receipts_are_rejected(mutation: str) -> None:
-    document = _mutated(_load("receipt-0.json"), RECEIPT_MUTATIONS[mutation])
-    assert _errors("artifact-receipt", document), mutation
+    original = _load("receipt-0.json")
+    document = _mutated(original, RECEIPT_MUTATIONS[mutation])
+    _assert_rejected_for("artifact-receipt", original, document, EXPECTED_KEYWORD[mutation])
     with pytest.raises(VerificationError):
         verify_receipt(canonical_bytes(document))
 
@@ -320,8 +414,9 @@ MANIFEST_MUTATIONS: dict[str, Callable[[Doc], object]] = {
 
 @pytest.mark.parametrize("mutation", MANIFEST_MUTATIONS)
 def test_mutated_manifests_are_rejected(mutation: str) -> None:
-    document = _mutated(_load("manifest.json"), MANIFEST_MUTATIONS[mutation])
-    assert _errors("manifest", document), mutation
+    original = _load("manifest.json")
+    document = _mutated(original, MANIFEST_MUTATIONS[mutation])
+    _assert_rejected_for("manifest", original, document, EXPECTED_KEYWORD[mutation])
 
 
 ENVELOPE_MUTATIONS: dict[str, Callable[[Doc], object]] = {
@@ -339,8 +434,9 @@ ENVELOPE_MUTATIONS: dict[str, Callable[[Doc], object]] = {
 
 @pytest.mark.parametrize("mutation", ENVELOPE_MUTATIONS)
 def test_mutated_envelopes_are_rejected(mutation: str) -> None:
-    document = _mutated(_load("lineage.dsse.json"), ENVELOPE_MUTATIONS[mutation])
-    assert _errors("dsse-envelope", document), mutation
+    original = _load("lineage.dsse.json")
+    document = _mutated(original, ENVELOPE_MUTATIONS[mutation])
+    _assert_rejected_for("dsse-envelope", original, document, EXPECTED_KEYWORD[mutation])
 
 
 STATEMENT_MUTATIONS: dict[str, tuple[str, Callable[[Doc], object]]] = {
@@ -383,8 +479,9 @@ STATEMENT_MUTATIONS: dict[str, tuple[str, Callable[[Doc], object]]] = {
 @pytest.mark.parametrize("mutation", STATEMENT_MUTATIONS)
 def test_mutated_statements_are_rejected(mutation: str) -> None:
     envelope, change = STATEMENT_MUTATIONS[mutation]
-    document = _mutated(_statement(envelope), change)
-    assert _errors(f"statement-{envelope}", document), mutation
+    original = _statement(envelope)
+    document = _mutated(original, change)
+    _assert_rejected_for(f"statement-{envelope}", original, document, EXPECTED_KEYWORD[mutation])
 
 
 def _report(**changes: object) -> Doc:
@@ -414,20 +511,25 @@ def test_report_template_is_valid() -> None:
 
 
 @pytest.mark.parametrize(
-    "changes",
+    ("changes", "keyword"),
     [
-        {"exit_code": 1},
-        {"status": "empty"},
-        {"extra": True},
-        {"trusted_by": None},
-        {"root": ...},
-        {"status": "verified-untrusted", "exit_code": 3},
-        {"status": "unreadable", "exit_code": 4, "reason": "x", "trusted_by": None},
-        {"status": "invalid", "exit_code": 1, "reason": "", "trusted_by": None},
-        {"signer_key_id": None},
-        {"version": 2},
+        ({"exit_code": 1}, "const"),
+        ({"status": "empty"}, "enum"),
+        ({"extra": True}, "additionalProperties"),
+        ({"trusted_by": None}, "type"),
+        ({"root": ...}, "dependentRequired"),
+        ({"status": "verified-untrusted", "exit_code": 3}, "type@trusted_by"),
+        ({"status": "unreadable", "exit_code": 4, "reason": "x", "trusted_by": None}, "not"),
+        (
+            {"status": "invalid", "exit_code": 1, "reason": "", "trusted_by": None},
+            "minLength@reason",
+        ),
+        ({"signer_key_id": None}, "type"),
+        ({"version": 2}, "const"),
     ],
     ids=str,
 )
-def test_mutated_reports_are_rejected(changes: dict[str, object]) -> None:
-    assert _errors("receipt-report", _report(**changes)), changes
+def test_mutated_reports_are_rejected(changes: dict[str, object], keyword: str) -> None:
+    keyword, _, member = keyword.partition("@")
+    at = (member,) if member else None
+    _assert_rejected_for("receipt-report", _report(), _report(**changes), keyword, at)

@@ -14,6 +14,7 @@ import pytest
 
 from harness.receipts.store import StoreError, StoreWriter
 from harness.verify.canonical import parse_canonical
+from harness.verify.errors import SchemaError
 from harness.verify.records import parse_record_line
 
 from .evidence_helpers import checkpoints_of, event, make_keys, open_writer, verify_bytes
@@ -60,11 +61,11 @@ def test_checkpoint_is_idempotent(tmp_path: Path) -> None:
 def test_invalid_bodies_are_refused_before_writing(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     with open_writer(path) as writer:
-        with pytest.raises(Exception, match="unknown member"):
+        with pytest.raises(SchemaError, match="unknown member"):
             writer.append("event", {"name": "x", "data": {}, "extra": 1})
-        with pytest.raises(Exception, match="not allowed"):
+        with pytest.raises(SchemaError, match="not allowed"):
             writer.append("artifact.write", {})
-        with pytest.raises(Exception, match="not an integer"):
+        with pytest.raises(SchemaError, match="not an integer"):
             writer.append("event", {"name": "x", "data": {"f": 1.5}})
     assert path.read_bytes() == b""
 
@@ -229,7 +230,7 @@ def test_failed_batch_leaves_the_chain_intact(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     with open_writer(path) as writer:
         writer.append(*event(0))
-        with pytest.raises(Exception, match=r"record 2: .*unknown member"):
+        with pytest.raises(SchemaError, match=r"record 2: .*unknown member"):
             writer.append_many([event(1), ("event", {"name": "x", "data": {}, "bad": 1})])
         assert writer.size == 1
         writer.append(*event(1))
@@ -244,9 +245,9 @@ def test_writer_refuses_what_readers_refuse(tmp_path: Path) -> None:
     for _ in range(62):  # record (1) > body (2) > data (3) > ... > level 65
         deep = {"d": deep}
     with open_writer(path) as writer:
-        with pytest.raises(Exception, match="line limit"):
+        with pytest.raises(SchemaError, match="line limit"):
             writer.append("event", {"name": "x" * (1 << 20), "data": {}})
-        with pytest.raises(Exception, match="nesting deeper than 64"):
+        with pytest.raises(SchemaError, match="nesting deeper than 64"):
             writer.append("event", {"name": "x", "data": deep})
         assert writer.size == 0
     assert path.read_bytes() == b""

@@ -71,7 +71,7 @@ def _swap(lines: list[bytes]) -> list[bytes]:
         (_swap, ChainError, "seq 2 where 1 was expected"),
         (lambda ls: ls[:-1], CheckpointError, "covers 7 records but the store has 6"),
         (lambda ls: ls[:-3], CheckpointError, "covers 7 records but the store has 4"),
-        (lambda ls: [], CheckpointError, "root of the first 0|covers 7 records"),
+        (lambda ls: [], CheckpointError, "covers 7 records but the store has 0"),
         (_edit_body, CheckpointError, "Merkle root of the first 4 records"),
         (lambda ls: [*ls[:-1], ls[-1][:-1]], SchemaError, "line 7: not terminated"),
         (lambda ls: [ls[0].replace(b":", b": ", 1), *ls[1:]], CanonicalEncodingError, "line 1"),
