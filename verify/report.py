@@ -111,7 +111,15 @@ CHECK_HINTS: Final = {
 
 @dataclass(frozen=True)
 class Failure:
-    """Where verification stopped and why; ``hint`` says what to do about it."""
+    """Where verification stopped and why; ``hint`` says what to do about it.
+
+    ``check`` and the location (``member``, ``line``, ``seq``) are part of the report format and
+    specified per failure in docs/spec/verifier.md §3.0: ``member`` is a bundle member name,
+    ``line`` 1-based within it, ``seq`` the record's ``seq`` as read; each is None where that
+    table says null (every ``manifest-signature``, ``semantics`` and ``trust`` failure, every
+    read error). A second verifier reports the same check and location; ``reason`` and ``hint``
+    are wording only.
+    """
 
     check: str
     reason: str

@@ -3,10 +3,16 @@
 Per run, after the stores verified: the manifest must list exactly the final artifacts' seqs;
 each receipt must verify (harness.verify.receipt) under the bundle's signer AND against this
 bundle's lineage log (same sealing checkpoint, same size, the artifact's path and digest);
-the DSSE envelopes must verify, carry in-toto Statements v1 of the expected predicate type
-whose subjects are exactly the final artifacts; the run-summary predicate must state what
-the verified stores hold; and the COSE_Sign1 statement must sign the same run-summary
-statement bytes.
+the DSSE envelopes must be canonical JSON, verify, and carry canonical in-toto Statements v1
+of the expected predicate type whose subjects are exactly the final artifacts (as a set);
+every predicate must be, as canonical bytes, the one ``expected_predicates`` re-derives from
+the verified records and the manifest (so the run summary's ``producer`` is the manifest's,
+``started``/``finished`` are the first and last record times, and no member may be added);
+and the COSE_Sign1 statement must sign the same run-summary statement bytes.
+
+These are MUST rules of docs/spec/receipts.md §7.2 step 5: a second verifier refuses exactly
+what this module refuses (verifier.md §2). Every failure names its member (``member=``), except
+the receipts-list mismatch, which concerns the manifest's run claim (verifier.md §3.0).
 """
 
 from __future__ import annotations
@@ -65,7 +71,9 @@ def expected_predicates(
     """The exact predicates a run's attestations must carry, re-derived from verified records.
 
     Comparing whole predicates (as canonical bytes, so ``true`` never passes for ``1``) leaves
-    no member of a signed attestation that the records do not back.
+    no member of a signed attestation that the records do not back. ``producer`` is the
+    manifest's: it is the one free-text member, and binding it to the signed manifest keeps the
+    two statements of who wrote the bundle from disagreeing (receipts.md §7.2 step 5).
     """
     firsts = [r.first_time for r in stores.values() if r.first_time]
     lasts = [r.last_time for r in stores.values() if r.last_time]
