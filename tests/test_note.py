@@ -32,6 +32,7 @@ from harness.verify.note import (
     is_valid_key_name,
     key_hash,
     open_note,
+    open_note_signed_once,
     parse_unverified_note,
     parse_verifier_key,
     strict_b64decode,
@@ -278,19 +279,27 @@ def test_signature_count_limit() -> None:
 
 
 def test_duplicate_signature_lines() -> None:
+    """Exactly one signature line per (key name, key ID): duplicates — identical or not, by a
+    known or an unknown key — are refused, so a note has one byte form (issue 9 §2)."""
     keys = [ALICE.verifier_key()]
-    # Identical lines by a known key: verified, recorded once.
-    assert open_note(b"hello\n\n" + _GOOD_LINE * 3, keys).verified == (_SIG,)
-    # Identical unknown lines: recorded once.
+    assert open_note(b"hello\n\n" + _GOOD_LINE, keys).verified == (_SIG,)
     unknown = _line("u", b"\x00\x00\x00\x01\x02")
-    assert len(open_note(b"hello\n\n" + unknown * 2 + _GOOD_LINE, keys).unverified) == 1
-    # A second, bad signature by a key that already verified still fails the note (the spec's
-    # MUST verify; Go would skip it).
+    assert len(open_note(b"hello\n\n" + unknown + _GOOD_LINE, keys).unverified) == 1
     bad = _line(_SIG.name, _BLOB[:-1] + bytes([_BLOB[-1] ^ 1]))
-    with pytest.raises(InvalidSignatureError):
-        open_note(b"hello\n\n" + _GOOD_LINE + bad, keys)
-    with pytest.raises(InvalidSignatureError):
-        open_note(b"hello\n\n" + bad + _GOOD_LINE, keys)
+    for block in (
+        _GOOD_LINE * 2,
+        _GOOD_LINE * 3,
+        unknown * 2 + _GOOD_LINE,
+        _GOOD_LINE + bad,
+        bad + _GOOD_LINE,
+    ):
+        note = b"hello\n\n" + block
+        with pytest.raises(MalformedNoteError, match="more than one signature line for key"):
+            open_note(note, keys)
+        with pytest.raises(MalformedNoteError, match="more than one signature line"):
+            parse_unverified_note(note)
+        with pytest.raises(MalformedNoteError, match="more than one signature line"):
+            open_note_signed_once(note, keys)
 
 
 def test_wrong_input_types() -> None:

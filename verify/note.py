@@ -15,12 +15,12 @@ Why the rules are strict here: the verifier must accept exactly one byte string 
 
 Verification policy (signed-note §Signatures, with the Go reference behaviour noted):
 
+* a note carries at most one signature line per (key name, key ID): a second line for the
+  same key, identical or not, is :class:`MalformedNoteError` (stricter than Go, which keeps
+  identical lines once and checks only the first by a known key: two byte forms for one note);
 * a signature whose (key name, key ID) pair matches no known key is kept as *unverified*;
-  identical repeated unknown lines are kept once (as Go);
 * every signature whose pair matches a known key is verified — the spec says verifiers MUST —
-  and one that fails makes the whole note fail with :class:`InvalidSignatureError`. Go skips
-  repeated signatures by a key it already checked; we verify each of them, and record the
-  key once in ``verified``;
+  and one that fails makes the whole note fail with :class:`InvalidSignatureError`;
 * if no known key verified, :class:`UnverifiedNoteError`.
 
 Only signature type ``0x01`` (Ed25519) is supported. Verifier keys use the Go text form
@@ -273,7 +273,18 @@ def _split_note(note: bytes) -> tuple[bytes, str, list[Signature]]:
     lines = block[:-1].split(b"\n")
     if len(lines) > MAX_SIGNATURES:
         raise MalformedNoteError(f"note has more than {MAX_SIGNATURES} signatures")
-    return text, text.decode("utf-8"), [_parse_signature_line(line) for line in lines]
+    sigs = [_parse_signature_line(line) for line in lines]
+    seen: set[tuple[str, int]] = set()
+    for sig in sigs:
+        slot = (sig.name, sig.key_hash)
+        if slot in seen:
+            # Two lines for one key would give one note two byte forms (and Go would check
+            # only the first): exactly one signature line per signer key.
+            raise MalformedNoteError(
+                f"note has more than one signature line for key {sig.name[:80]}+{sig.key_hash:08x}"
+            )
+        seen.add(slot)
+    return text, text.decode("utf-8"), sigs
 
 
 def parse_unverified_note(note: bytes) -> Note:
