@@ -139,6 +139,11 @@ class RunSemantics:
                 raise SemanticsError(f"task {name!r} was denied but ends {task.state.value!r}")
 
 
+def run_semantics(run: str, plan: bytes | None) -> RunSemantics:
+    """A fold for one run; ``plan`` is its plan member (None when the bundle has none)."""
+    return RunSemantics(run, policy=PolicyCheck(run, plan, plan_member(run)))
+
+
 def check_run_semantics(
     run: str,
     audit: Iterable[tuple[Record, str]],
@@ -147,7 +152,7 @@ def check_run_semantics(
 ) -> RunSemantics:
     """Check one run; ``audit``/``lineage`` yield (record, location) in store order, ``plan``
     is the run's plan member (None when the bundle has none)."""
-    semantics = RunSemantics(run, policy=PolicyCheck(run, plan, plan_member(run)))
+    semantics = run_semantics(run, plan)
     for record, where in audit:
         semantics.audit(record, where)
     if semantics.declared:  # without runtime records there is nothing to attribute: skip the pass
