@@ -5,6 +5,11 @@ killed by a signal, or cannot be started) fails. All gates run, in order, whatev
 earlier ones returned, so the record says about each gate whether it passed: the merge
 decision is "every gate passed", and a failure report names every failing gate, not just
 the first one.
+
+A gate runs the agent's code (``python -m pytest`` imports what the agent wrote), so with a
+``Sandbox`` it runs in one: the worktree and the git folder read-only, no network, a fresh
+empty HOME, the allow-listed environment (``harness.orchestrate.sandbox``). It cannot change
+what is merged, read the keys or the stores, or reach the network.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from pathlib import Path
 
 from harness.orchestrate.model import Gate, ProcResult
 from harness.orchestrate.proc import run_process
+from harness.orchestrate.sandbox import Profile, Sandbox
+from harness.orchestrate.sandbox.policy import argv_files
 
 __all__ = ["TAIL_CHARS", "GateResult", "all_passed", "run_gate", "run_gates"]
 
@@ -34,6 +41,9 @@ class GateResult:
     """The last ``TAIL_CHARS`` characters of stdout followed by stderr (UTF-8, lossy)."""
     timed_out: bool = False
     signal: str | None = None
+    sandbox: Profile | None = None
+    """The profile the gate ran in (None: run without a ``Sandbox``, the caller's own
+    environment)."""
 
 
 def _tail(result: ProcResult, gate: Gate) -> str:
@@ -48,12 +58,30 @@ def _tail(result: ProcResult, gate: Gate) -> str:
     return text[-TAIL_CHARS:]
 
 
-def run_gate(gate: Gate, worktree: Path) -> GateResult:
-    """Run one gate's command in ``worktree`` with the gate's timeout."""
+def run_gate(
+    gate: Gate, worktree: Path, sandbox: Sandbox | None = None, home: Path | None = None
+) -> GateResult:
+    """Run one gate's command in ``worktree`` with the gate's timeout (in ``sandbox`` when
+    given, with ``home`` as its HOME: an empty tmpfs there under bubblewrap)."""
     if not gate.command:
         return GateResult(gate.name, False, None, 0, f"gate {gate.name!r} has an empty command")
+    profile: Profile | None = None
+    argv: list[str] = list(gate.command)
+    env: dict[str, str] | None = None
+    if sandbox is not None:
+        gate_home = home if home is not None else worktree.parent / "gate-home"
+        gate_home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        profile, env = sandbox.gate(
+            worktree, gate_home, programs=[gate.command[0]], files=argv_files(gate.command)
+        )
+        argv = sandbox.argv(profile, argv)
     result = run_process(
-        gate.command, cwd=worktree, timeout_s=gate.timeout_s, max_output=_MAX_OUTPUT
+        argv,
+        cwd=worktree,
+        timeout_s=gate.timeout_s,
+        max_output=_MAX_OUTPUT,
+        env=env,
+        sandboxed=profile is not None and profile.kind == "bwrap",
     )
     return GateResult(
         name=gate.name,
@@ -63,12 +91,18 @@ def run_gate(gate: Gate, worktree: Path) -> GateResult:
         output_tail=_tail(result, gate),
         timed_out=result.timed_out,
         signal=result.signal,
+        sandbox=profile,
     )
 
 
-def run_gates(gates: Sequence[Gate], worktree: Path) -> list[GateResult]:
+def run_gates(
+    gates: Sequence[Gate],
+    worktree: Path,
+    sandbox: Sandbox | None = None,
+    home: Path | None = None,
+) -> list[GateResult]:
     """Run every gate (none is skipped because an earlier one failed); one result each."""
-    return [run_gate(gate, worktree) for gate in gates]
+    return [run_gate(gate, worktree, sandbox, home) for gate in gates]
 
 
 def all_passed(results: Sequence[GateResult]) -> bool:

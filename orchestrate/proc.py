@@ -17,6 +17,15 @@ The group is signalled while the leader is still an unreaped zombie (its exit is
 with ``waitid(..., WNOWAIT)``): a process group id cannot be reused while its leader's pid
 is held, so the final ``killpg`` can never hit an unrelated group.
 
+Sandboxed processes (``sandboxed=True``): the leader is bubblewrap, and the sandboxed program
+runs in a new session and PID namespace below it, out of reach of the group signals. SIGKILL to
+the group still ends everything (bubblewrap's ``--die-with-parent`` makes the namespace's init
+die with it, and the kernel kills a PID namespace whose init dies). SIGTERM, though, would make
+bubblewrap exit at once and take the program down without its grace period, so on time-out it
+is sent instead to every descendant of the leader (found through ``/proc``), not to the leader;
+the namespace's init ignores it (an init process gets only the signals it handles), the
+program gets its grace period, then SIGKILL to the group as usual.
+
 Output is read concurrently from both pipes with a selector (no deadlock when the child
 fills one pipe while we wait on the other); each stream keeps at most ``max_output`` bytes and
 the rest is read and discarded, the truncation being recorded in the result.
@@ -106,6 +115,39 @@ def _live_members(pgid: int) -> list[int] | None:
     return live
 
 
+def _descendants(root: int) -> list[int]:
+    """Pids of every live descendant of ``root`` (empty when /proc cannot be read)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[-1].split()
+        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _terminate_tree(root: int) -> None:
+    for pid in _descendants(root):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+
+
 def _wait_group_dead(pgid: int) -> None:
     """After SIGKILL to the group: wait (bounded) until none of its members still runs.
 
@@ -165,6 +207,7 @@ def run_process(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
     max_output: int = 4 << 20,
+    sandboxed: bool = False,
 ) -> ProcResult:
     """Run ``argv`` in ``cwd`` in its own process group, with a hard wall-clock limit.
 
@@ -172,8 +215,10 @@ def run_process(
     written to the process (else it reads ``/dev/null``). The result has ``exit_code`` None
     and ``signal`` set when the process was killed by a signal; ``timed_out`` says whether
     the limit was reached (the process is then signalled even if it would have exited
-    cleanly). A missing executable gives exit code 127 (126 when it exists but cannot be
-    run), the error being in ``stderr``; it never raises for that.
+    cleanly). ``sandboxed``: ``argv`` is a bubblewrap command line (see the module docstring:
+    SIGTERM goes to the leader's descendants). A missing executable gives exit code 127
+    (126 when it exists but cannot be run), the error being in ``stderr``; it never raises
+    for that.
     """
     if not argv:
         raise ValueError("run_process: empty argv")
@@ -230,7 +275,10 @@ def run_process(
             now = time.monotonic()
             if not timed_out and now >= deadline:
                 timed_out = True
-                _killpg(pgid, signal.SIGTERM)
+                if sandboxed:
+                    _terminate_tree(proc.pid)
+                else:
+                    _killpg(pgid, signal.SIGTERM)
                 kill_at = now + grace_s
             if kill_at is not None and now >= kill_at:
                 _killpg(pgid, signal.SIGKILL)

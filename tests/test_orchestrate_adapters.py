@@ -54,12 +54,19 @@ except ImportError:  # pragma: no cover - proc.py is written concurrently
 
 
 def run(
-    argv: list[str], cwd: Path, *, timeout_s: float = 30.0, env: Mapping[str, str] | None = None
+    argv: list[str],
+    cwd: Path,
+    *,
+    timeout_s: float = 30.0,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
 ) -> ProcResult:
     """Run argv like the runtime does (harness.orchestrate.proc.run_process when present)."""
     environment = {**os.environ, **(env or {})}
     if run_process is not None:
-        return run_process(argv, cwd=cwd, timeout_s=timeout_s, grace_s=0.5, env=environment)
+        return run_process(
+            argv, cwd=cwd, timeout_s=timeout_s, grace_s=0.5, env=environment, stdin=stdin
+        )
     start = time.monotonic()
     try:
         done = subprocess.run(
@@ -170,39 +177,37 @@ def test_argv_shapes(tmp_path: Path) -> None:
     scratch = tmp_path / "scratch"
     expected: dict[str, tuple[list[str], list[str]]] = {
         "claude": (
+            ["claude", "-p", "--output-format", "json", "--permission-mode", "acceptEdits"],
             ["claude", "-p", "--output-format", "json", "--permission-mode", "acceptEdits",
-             "--", "P"],
-            ["claude", "-p", "--output-format", "json", "--permission-mode", "acceptEdits",
-             "--model", "M", "--", "P"],
+             "--model", "M"],
         ),
         "codex": (
-            ["codex", "exec", "--json", "--full-auto", "--skip-git-repo-check", "--", "P"],
-            ["codex", "exec", "--json", "--full-auto", "--skip-git-repo-check", "-m", "M",
-             "--", "P"],
+            ["codex", "exec", "--json", "--full-auto", "--skip-git-repo-check", "-"],
+            ["codex", "exec", "--json", "--full-auto", "--skip-git-repo-check", "-m", "M", "-"],
         ),
         "gemini": (
-            ["gemini", "--output-format", "json", "--approval-mode", "auto_edit", "--prompt=P"],
-            ["gemini", "--output-format", "json", "--approval-mode", "auto_edit", "--model", "M",
-             "--prompt=P"],
+            ["gemini", "--output-format", "json", "--approval-mode", "auto_edit"],
+            ["gemini", "--output-format", "json", "--approval-mode", "auto_edit", "--model", "M"],
         ),
         "aider": (
-            ["aider", "--message=P", "--yes-always", "--no-auto-commits", "--no-gitignore",
-             "--no-pretty", "--no-stream", "--no-check-update",
-             f"--chat-history-file={scratch / 'aider.chat.history.md'}",
+            ["aider", f"--message-file={scratch / 'prompt.txt'}", "--yes-always",
+             "--no-auto-commits", "--no-gitignore", "--no-pretty", "--no-stream",
+             "--no-check-update", f"--chat-history-file={scratch / 'aider.chat.history.md'}",
              f"--input-history-file={scratch / 'aider.input.history'}"],
-            ["aider", "--message=P", "--yes-always", "--no-auto-commits", "--no-gitignore",
-             "--no-pretty", "--no-stream", "--no-check-update",
-             f"--chat-history-file={scratch / 'aider.chat.history.md'}",
+            ["aider", f"--message-file={scratch / 'prompt.txt'}", "--yes-always",
+             "--no-auto-commits", "--no-gitignore", "--no-pretty", "--no-stream",
+             "--no-check-update", f"--chat-history-file={scratch / 'aider.chat.history.md'}",
              f"--input-history-file={scratch / 'aider.input.history'}", "--model=M"],
         ),
         "goose": (
-            ["goose", "run", "--no-session", "--with-builtin", "developer", "--text=P"],
+            ["goose", "run", "--no-session", "--with-builtin", "developer", "--instructions",
+             "-"],
             ["goose", "run", "--no-session", "--with-builtin", "developer", "--model", "M",
-             "--text=P"],
+             "--instructions", "-"],
         ),
         "opencode": (
-            ["opencode", "run", "--format", "json", "--", "P"],
-            ["opencode", "run", "--format", "json", "--model", "M", "--", "P"],
+            ["opencode", "run", "--format", "json"],
+            ["opencode", "run", "--format", "json", "--model", "M"],
         ),
     }  # fmt: skip
     for name, (without_model, with_model) in expected.items():
@@ -233,15 +238,24 @@ def test_scripted_argv(tmp_path: Path) -> None:
         ScriptedAdapter().argv(dataclasses.replace(request, workfile=None))
 
 
-@pytest.mark.parametrize("name", CLI_NAMES)
-def test_prompt_is_one_argument_whatever_it_holds(tmp_path: Path, name: str) -> None:
-    argv = ADAPTERS[name].argv(make_request(tmp_path, prompt=NASTY_PROMPT))
-    holding = [arg for arg in argv if NASTY_PROMPT in arg]
-    assert len(holding) == 1
-    assert holding[0] in (NASTY_PROMPT, f"--prompt={NASTY_PROMPT}", f"--message={NASTY_PROMPT}",
-                          f"--text={NASTY_PROMPT}")  # fmt: skip
-    if holding[0] == NASTY_PROMPT:  # a positional prompt comes after "--"
-        assert argv[argv.index(NASTY_PROMPT) - 1] == "--"
+@pytest.mark.parametrize("name", (*CLI_NAMES, "command"))
+def test_prompt_never_on_the_command_line(tmp_path: Path, name: str) -> None:
+    """A command line is readable by every local user (ps, /proc/PID/cmdline): the prompt goes
+    to stdin or to the prompt file. (Fails on the old adapters, which put it on argv.)"""
+    adapter = (
+        CommandAdapter(template=("mycli", "--file", "{prompt_file}"))
+        if name == "command"
+        else ADAPTERS[name]
+    )
+    request = make_request(tmp_path, prompt=NASTY_PROMPT)
+    argv = adapter.argv(request)
+    for line in NASTY_PROMPT.splitlines():
+        assert not any(line in arg for arg in argv), (name, argv)
+    piped = adapter.stdin(request)
+    if piped is not None:
+        assert piped == NASTY_PROMPT.encode()
+    else:  # the CLI reads the prompt file, whose path is on the command line
+        assert any(str(request.prompt_file) in arg for arg in argv)
 
 
 # ---- the fakes, run for real ----------------------------------------------------------------
@@ -260,7 +274,7 @@ EXPECTED_MODEL = {
 def test_fake_cli_round_trip(tmp_path: Path, fakes: Path, name: str) -> None:
     adapter = fake_adapter(name, fakes)
     request = make_request(tmp_path, prompt=NASTY_PROMPT, adapter=name)
-    result = run(adapter.argv(request), request.worktree)
+    result = run(adapter.argv(request), request.worktree, stdin=adapter.stdin(request))
     assert result.exit_code == 0, result.stderr.decode()
     output = adapter.parse(request, result)
     assert output.ok, output.error
@@ -284,7 +298,9 @@ def test_fake_cli_round_trip(tmp_path: Path, fakes: Path, name: str) -> None:
 def test_fake_cli_reports_requested_model(tmp_path: Path, fakes: Path, name: str) -> None:
     adapter = fake_adapter(name, fakes)
     request = make_request(tmp_path, model="my-model", adapter=name)
-    output = adapter.parse(request, run(adapter.argv(request), request.worktree))
+    output = adapter.parse(
+        request, run(adapter.argv(request), request.worktree, stdin=adapter.stdin(request))
+    )
     assert output.ok, output.error
     assert output.model_calls[0].model == "my-model"
 
@@ -292,7 +308,9 @@ def test_fake_cli_reports_requested_model(tmp_path: Path, fakes: Path, name: str
 def test_claude_stream_json_round_trip(tmp_path: Path, fakes: Path) -> None:
     adapter = fake_adapter("claude", fakes, output_format="stream-json")
     request = make_request(tmp_path, model="opus")
-    output = adapter.parse(request, run(adapter.argv(request), request.worktree))
+    output = adapter.parse(
+        request, run(adapter.argv(request), request.worktree, stdin=adapter.stdin(request))
+    )
     assert output.ok, output.error
     assert output.model_calls[0].model == "opus"  # from the init message
     assert (request.worktree / "FAKE_CLAUDE.md").exists()
@@ -321,7 +339,12 @@ GARBAGE_ERRORS = {
 def test_fake_cli_error_modes(tmp_path: Path, fakes: Path, name: str, mode: str) -> None:
     adapter = fake_adapter(name, fakes)
     request = make_request(tmp_path, adapter=name)
-    result = run(adapter.argv(request), request.worktree, env={"FAKE_MODE": mode})
+    result = run(
+        adapter.argv(request),
+        request.worktree,
+        stdin=adapter.stdin(request),
+        env={"FAKE_MODE": mode},
+    )
     output = adapter.parse(request, result)
     assert not output.ok
     assert output.model_calls == ()
@@ -334,7 +357,13 @@ def test_fake_cli_error_modes(tmp_path: Path, fakes: Path, name: str, mode: str)
 def test_fake_cli_slow_is_timed_out(tmp_path: Path, fakes: Path, name: str) -> None:
     adapter = fake_adapter(name, fakes)
     request = make_request(tmp_path, adapter=name)
-    result = run(adapter.argv(request), request.worktree, timeout_s=0.5, env={"FAKE_MODE": "slow"})
+    result = run(
+        adapter.argv(request),
+        request.worktree,
+        stdin=adapter.stdin(request),
+        timeout_s=0.5,
+        env={"FAKE_MODE": "slow"},
+    )
     assert result.timed_out
     output = adapter.parse(request, result)
     assert not output.ok
@@ -348,7 +377,7 @@ def test_fakes_refuse_unknown_flags(tmp_path: Path, fakes: Path, name: str) -> N
     request = make_request(tmp_path, adapter=name)
     argv = adapter.argv(request)
     argv.insert(2 if argv[1] in {"exec", "run"} else 1, "--no-such-flag")
-    result = run(argv, request.worktree)
+    result = run(argv, request.worktree, stdin=adapter.stdin(request))
     assert result.exit_code == 2
     assert b"--no-such-flag" in result.stderr
     output = adapter.parse(request, result)
@@ -377,7 +406,7 @@ def test_fakes_need_the_flags_that_allow_edits(
     start = argv.index(drop[0])
     assert argv[start : start + len(drop)] == drop
     del argv[start : start + len(drop)]
-    result = run(argv, request.worktree)
+    result = run(argv, request.worktree, stdin=adapter.stdin(request))
     assert result.exit_code == 0
     assert not (request.worktree / f"FAKE_{name.upper()}.md").exists()
 
@@ -385,7 +414,9 @@ def test_fakes_need_the_flags_that_allow_edits(
 def test_aider_keeps_its_files_out_of_the_worktree(tmp_path: Path, fakes: Path) -> None:
     adapter = fake_adapter("aider", fakes)
     request = make_request(tmp_path, adapter="aider")
-    assert adapter.parse(request, run(adapter.argv(request), request.worktree)).ok
+    assert adapter.parse(
+        request, run(adapter.argv(request), request.worktree, stdin=adapter.stdin(request))
+    ).ok
     assert sorted(p.name for p in request.worktree.iterdir()) == ["FAKE_AIDER.md"]
     assert (request.prompt_file.parent / "aider.chat.history.md").exists()
 
@@ -561,7 +592,9 @@ def test_command_adapter_reads_the_prompt_file(tmp_path: Path) -> None:
     script = "import pathlib, sys; print(pathlib.Path(sys.argv[1]).read_text())"
     adapter = CommandAdapter(template=(sys.executable, "-c", script, "{prompt_file}"))
     request = make_request(tmp_path, prompt=NASTY_PROMPT)
-    output = adapter.parse(request, run(adapter.argv(request), request.worktree))
+    output = adapter.parse(
+        request, run(adapter.argv(request), request.worktree, stdin=adapter.stdin(request))
+    )
     assert output.ok
     assert output.summary == NASTY_PROMPT.strip()
 
@@ -581,7 +614,7 @@ def scripted_request(
 
 def run_scripted(request: AgentRequest, adapter: ScriptedAdapter | None = None) -> Any:
     adapter = adapter or ScriptedAdapter()
-    result = run(adapter.argv(request), request.worktree)
+    result = run(adapter.argv(request), request.worktree, stdin=adapter.stdin(request))
     return result, adapter.parse(request, result)
 
 
@@ -755,7 +788,9 @@ def test_scripted_workfile_round_trip(tmp_path: Path) -> None:
 def test_scripted_agent_timeout_and_ignored_sigterm(tmp_path: Path) -> None:
     request = scripted_request(tmp_path, [Edit("late.txt", "x")])
     adapter = ScriptedAdapter(sleep_s=30, ignore_sigterm=True)
-    result = run(adapter.argv(request), request.worktree, timeout_s=0.5)
+    result = run(
+        adapter.argv(request), request.worktree, stdin=adapter.stdin(request), timeout_s=0.5
+    )
     assert result.timed_out
     output = adapter.parse(request, result)
     assert not output.ok

@@ -3,15 +3,20 @@
 An adapter is two pure functions around one process the runtime spawns:
 
 * ``argv(request)`` -> the exact argument vector (never a shell string: every element reaches
-  the program verbatim, so a prompt holding ``; rm -rf /`` stays one argument);
+  the program verbatim). It never holds the prompt: a command line is readable by every local
+  user (``ps``, ``/proc/PID/cmdline``);
+* ``stdin(request)`` -> the bytes written to the process's stdin (the prompt, for CLIs that
+  read it there) or None (the CLI reads the prompt file instead);
+* ``env_names`` -> environment variable names the CLI may get (its model API key), passed
+  only when the task is granted network egress (``harness.orchestrate.sandbox.env``);
 * ``parse(request, result)`` -> ``AgentOutput`` (ok, summary, model calls, error) read from
   the process's stdout/stderr/exit status. Malformed output is ``ok=False`` with a precise
   ``error``, never an exception.
 
 The adapter never writes files and never decides anything: the runtime writes the prompt file
-(and, for the scripted agent, the workfile), spawns ``argv`` with
-``harness.orchestrate.proc.run_process`` in the batch's worktree, and computes lineage from the
-worktree's git diff afterwards.
+(and, for the scripted agent, the workfile), spawns ``argv`` in the batch's sandbox
+(``harness.orchestrate.sandbox``) with ``harness.orchestrate.proc.run_process`` in the batch's
+worktree, and computes lineage from the worktree's git diff afterwards.
 """
 
 from __future__ import annotations
@@ -96,7 +101,12 @@ class Adapter(Protocol):
         """Program to run: a name looked up on PATH or a path (overridable per instance)."""
         ...
 
+    @property
+    def env_names(self) -> tuple[str, ...]: ...
+
     def argv(self, request: AgentRequest) -> list[str]: ...
+
+    def stdin(self, request: AgentRequest) -> bytes | None: ...
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput: ...
 

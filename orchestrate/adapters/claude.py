@@ -2,10 +2,11 @@
 
 Assumed CLI: Claude Code 1.x/2.x (``@anthropic-ai/claude-code``). Invocation::
 
-    claude -p --output-format json --permission-mode acceptEdits [--model M] -- <prompt>
+    claude -p --output-format json --permission-mode acceptEdits [--model M]  < prompt
 
-* ``-p``/``--print``: non-interactive, print the answer and exit (the prompt is the positional
-  argument; ``--`` ends the options so a prompt starting with ``-`` stays the prompt);
+* ``-p``/``--print``: non-interactive, print the answer and exit. With no prompt argument the
+  prompt is read from stdin, where the runtime writes it: a prompt on argv would be readable
+  by every local user (``ps``, ``/proc/PID/cmdline``);
 * ``--output-format json``: one JSON object on stdout when the run ends::
 
       {"type": "result", "subtype": "success", "is_error": false, "result": "<final text>",
@@ -32,7 +33,6 @@ from typing import Any, Literal
 
 from ..model import ProcResult
 from .base import (
-    PROMPT_PLACEHOLDER,
     AgentOutput,
     AgentRequest,
     busiest_model,
@@ -53,18 +53,27 @@ class ClaudeAdapter:
     executable: str = "claude"
     output_format: Literal["json", "stream-json"] = "json"
     permission_mode: str = "acceptEdits"
+    env_names: tuple[str, ...] = (
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+    )
 
-    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+    def flags(self, request: AgentRequest) -> list[str]:
         flags = ["-p", "--output-format", self.output_format]
         if self.output_format == "stream-json":
             flags.append("--verbose")
         flags += ["--permission-mode", self.permission_mode]
         if request.model:
             flags += ["--model", request.model]
-        return [*flags, "--", prompt]
+        return flags
 
     def argv(self, request: AgentRequest) -> list[str]:
-        return [self.executable, *self.flags(request, request.prompt)]
+        return [self.executable, *self.flags(request)]
+
+    def stdin(self, request: AgentRequest) -> bytes:
+        """The prompt goes to stdin, never on argv (readable by anyone in ``ps``)."""
+        return request.prompt.encode("utf-8")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         stop = hard_stop(self.name, result)
@@ -86,7 +95,7 @@ class ClaudeAdapter:
         if exit_problem:
             return failed(exit_problem, result)
         model = _model(messages, final, request.model)
-        call = cli_call(self.name, request, text, model, self.flags(request, PROMPT_PLACEHOLDER))
+        call = cli_call(self.name, request, text, model, self.flags(request))
         return AgentOutput(ok=True, summary=text, model_calls=(call,))
 
 

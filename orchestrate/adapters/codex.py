@@ -3,9 +3,10 @@
 Assumed CLI: codex-cli 0.4x+ (the Rust ``codex-rs``; the JSONL schema of
 ``codex-rs/exec/src/exec_events.rs``). Invocation::
 
-    codex exec --json --full-auto --skip-git-repo-check [-m M] -- <prompt>
+    codex exec --json --full-auto --skip-git-repo-check [-m M] -  < prompt
 
-* ``exec``: run one task to completion without a UI;
+* ``exec``: run one task to completion without a UI; the prompt argument ``-`` reads the
+  prompt from stdin (never on argv, where ``ps`` shows it);
 * ``--json``: JSONL events on stdout (logs go to stderr)::
 
       {"type": "thread.started", "thread_id": "..."}
@@ -34,7 +35,6 @@ from typing import Any
 
 from ..model import ProcResult
 from .base import (
-    PROMPT_PLACEHOLDER,
     AgentOutput,
     AgentRequest,
     cli_call,
@@ -51,15 +51,20 @@ from .base import (
 class CodexAdapter:
     name: str = "codex"
     executable: str = "codex"
+    env_names: tuple[str, ...] = ("CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")
 
-    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+    def flags(self, request: AgentRequest) -> list[str]:
         flags = ["exec", "--json", "--full-auto", "--skip-git-repo-check"]
         if request.model:
             flags += ["-m", request.model]
-        return [*flags, "--", prompt]
+        return [*flags, "-"]
 
     def argv(self, request: AgentRequest) -> list[str]:
-        return [self.executable, *self.flags(request, request.prompt)]
+        return [self.executable, *self.flags(request)]
+
+    def stdin(self, request: AgentRequest) -> bytes:
+        """The prompt goes to stdin, never on argv (readable by anyone in ``ps``)."""
+        return request.prompt.encode("utf-8")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         stop = hard_stop(self.name, result)
@@ -93,7 +98,7 @@ class CodexAdapter:
             return failed("codex: the stream ended without turn.completed", result)
         if text is None:
             return AgentOutput(ok=True, summary="")
-        call = cli_call(self.name, request, text, None, self.flags(request, PROMPT_PLACEHOLDER))
+        call = cli_call(self.name, request, text, None, self.flags(request))
         return AgentOutput(ok=True, summary=text, model_calls=(call,))
 
 

@@ -1,10 +1,18 @@
 """The generic command adapter: any program, configured with an argv template.
 
-Each template element may hold the placeholders ``{prompt_file}``, ``{worktree}`` and
-``{model}``; they are replaced textually in one pass (a value holding ``{worktree}`` is not
-expanded again; other braces stay as they are). No shell is involved: each element is one
-argument, so nothing in a path or model name is ever interpreted. The prompt itself is passed
-by file only (``{prompt_file}``): it can be any size and never touches the command line.
+Usable from a plan without code (docs/spec/plan.md, ``[adapter.<name>]``)::
+
+    [adapter.mycli]
+    command = ["mycli", "--non-interactive", "--model", "{model}"]
+    env = ["MYCLI_API_KEY"]        # names only; passed only when the task is granted egress
+    model = "default-model"        # default for {model}
+
+The prompt is written to the process's **stdin** (and to the prompt file): it never touches
+the command line, where any local user could read it (``ps``, ``/proc/PID/cmdline``). Each
+template element may hold the placeholders ``{prompt_file}`` (a file holding the prompt,
+inside the sandbox), ``{worktree}`` and ``{model}``; they are replaced textually in one pass (a
+value holding ``{worktree}`` is not expanded again; other braces stay as they are). No shell
+is involved: each element is one argument.
 
 ``{model}`` is the request's model, else ``default_model``, else the empty string.
 Output is plain text: the summary is the last 2 KB of stdout, success is exit status 0.
@@ -16,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..model import ProcResult
+from ..model import CommandSpec, ProcResult
 from .base import AdapterConfigError, AgentOutput, AgentRequest, failed, process_failure, tail
 
 PLACEHOLDERS = ("{prompt_file}", "{worktree}", "{model}")
@@ -30,6 +38,7 @@ class CommandAdapter:
     template: tuple[str, ...]
     name: str = "command"
     default_model: str | None = None
+    env_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.template, str) or not self.template:
@@ -39,12 +48,30 @@ class CommandAdapter:
         if not all(isinstance(item, str) for item in self.template):
             raise AdapterConfigError("every argv template element must be a string")
         object.__setattr__(self, "template", tuple(self.template))
+        object.__setattr__(self, "env_names", tuple(self.env_names))
 
     @classmethod
     def from_template(
-        cls, template: Sequence[str], *, name: str = "command", default_model: str | None = None
+        cls,
+        template: Sequence[str],
+        *,
+        name: str = "command",
+        default_model: str | None = None,
+        env_names: Sequence[str] = (),
     ) -> CommandAdapter:
-        return cls(template=tuple(template), name=name, default_model=default_model)
+        return cls(
+            template=tuple(template),
+            name=name,
+            default_model=default_model,
+            env_names=tuple(env_names),
+        )
+
+    @classmethod
+    def from_spec(cls, spec: CommandSpec) -> CommandAdapter:
+        """The adapter a plan's ``[adapter.<name>]`` table defines."""
+        return cls.from_template(
+            spec.command, name=spec.name, default_model=spec.model, env_names=spec.env
+        )
 
     @property
     def executable(self) -> str:
@@ -57,6 +84,9 @@ class CommandAdapter:
             "{model}": request.model or self.default_model or "",
         }
         return [_PLACEHOLDER.sub(lambda m: values[m.group(0)], item) for item in self.template]
+
+    def stdin(self, request: AgentRequest) -> bytes:
+        return request.prompt.encode("utf-8")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         problem = process_failure(self.name, result)

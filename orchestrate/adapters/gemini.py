@@ -3,10 +3,10 @@
 Assumed CLI: @google/gemini-cli 0.6+ (``--output-format json`` and ``--approval-mode``).
 Invocation::
 
-    gemini --output-format json --approval-mode auto_edit [--model M] --prompt=<prompt>
+    gemini --output-format json --approval-mode auto_edit [--model M]  < prompt
 
-* ``--prompt``/``-p``: headless mode, answer and exit. The ``--prompt=<text>`` form keeps a
-  prompt that starts with ``-`` the option's value;
+* no ``--prompt``: with stdin not a terminal, gemini runs headless with stdin as the prompt,
+  answers and exits (the prompt never reaches argv, where ``ps`` shows it);
 * ``--output-format json``: one JSON object on stdout::
 
       {"response": "<final text>",
@@ -30,7 +30,6 @@ from typing import Any
 
 from ..model import ProcResult
 from .base import (
-    PROMPT_PLACEHOLDER,
     AgentOutput,
     AgentRequest,
     busiest_model,
@@ -49,15 +48,20 @@ class GeminiAdapter:
     name: str = "gemini"
     executable: str = "gemini"
     approval_mode: str = "auto_edit"
+    env_names: tuple[str, ...] = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT")
 
-    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+    def flags(self, request: AgentRequest) -> list[str]:
         flags = ["--output-format", "json", "--approval-mode", self.approval_mode]
         if request.model:
             flags += ["--model", request.model]
-        return [*flags, f"--prompt={prompt}"]
+        return flags
 
     def argv(self, request: AgentRequest) -> list[str]:
-        return [self.executable, *self.flags(request, request.prompt)]
+        return [self.executable, *self.flags(request)]
+
+    def stdin(self, request: AgentRequest) -> bytes:
+        """The prompt goes to stdin, never on argv (readable by anyone in ``ps``)."""
+        return request.prompt.encode("utf-8")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         stop = hard_stop(self.name, result)
@@ -84,7 +88,7 @@ class GeminiAdapter:
             return failed(problem, result)
         call = cli_call(
             self.name, request, text, _model(document, request.model),
-            self.flags(request, PROMPT_PLACEHOLDER),
+            self.flags(request),
         )  # fmt: skip
         return AgentOutput(ok=True, summary=text, model_calls=(call,))
 

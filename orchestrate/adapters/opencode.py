@@ -2,9 +2,10 @@
 
 Assumed CLI: opencode 0.15+/1.x (``run --format json``). Invocation::
 
-    opencode run --format json [--model provider/model] -- <prompt>
+    opencode run --format json [--model provider/model]  < prompt
 
-* ``run``: one message, then exit; ``--`` ends the options (the prompt is positional);
+* ``run``: one message, then exit; with no message argument and stdin not a terminal, the
+  message is read from stdin (never on argv, where ``ps`` shows it);
 * ``--format json``: JSONL events on stdout, each
   ``{"type": ..., "timestamp": <ms>, "sessionID": "...", ...}``::
 
@@ -29,7 +30,6 @@ from typing import Any
 
 from ..model import ProcResult
 from .base import (
-    PROMPT_PLACEHOLDER,
     AgentOutput,
     AgentRequest,
     cli_call,
@@ -46,15 +46,20 @@ from .base import (
 class OpencodeAdapter:
     name: str = "opencode"
     executable: str = "opencode"
+    env_names: tuple[str, ...] = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY")
 
-    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+    def flags(self, request: AgentRequest) -> list[str]:
         flags = ["run", "--format", "json"]
         if request.model:
             flags += ["--model", request.model]
-        return [*flags, "--", prompt]
+        return flags
 
     def argv(self, request: AgentRequest) -> list[str]:
-        return [self.executable, *self.flags(request, request.prompt)]
+        return [self.executable, *self.flags(request)]
+
+    def stdin(self, request: AgentRequest) -> bytes:
+        """The prompt goes to stdin, never on argv (readable by anyone in ``ps``)."""
+        return request.prompt.encode("utf-8")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         stop = hard_stop(self.name, result)
@@ -88,7 +93,7 @@ class OpencodeAdapter:
             return failed(problem, result)
         if answer is None:
             return AgentOutput(ok=True, summary="")
-        call = cli_call(self.name, request, answer, None, self.flags(request, PROMPT_PLACEHOLDER))
+        call = cli_call(self.name, request, answer, None, self.flags(request))
         return AgentOutput(ok=True, summary=answer, model_calls=(call,))
 
 

@@ -5,11 +5,13 @@ whole transcript, and success is exit status 0 with some output and no known err
 
 aider — assumed CLI: aider-chat 0.60+. Invocation::
 
-    aider --message=<prompt> --yes-always --no-auto-commits --no-gitignore --no-pretty
+    aider --message-file=<prompt file> --yes-always --no-auto-commits --no-gitignore --no-pretty
           --no-stream --no-check-update --chat-history-file=<scratch>/aider.chat.history.md
           --input-history-file=<scratch>/aider.input.history [--model=M]
 
-* ``--message``: process one message and exit; ``--yes-always``: answer every confirmation;
+* ``--message-file``: process the message in that file (the runtime's prompt file, inside the
+  sandbox) and exit; never ``--message``, which would put the prompt on argv where ``ps``
+  shows it; ``--yes-always``: answer every confirmation;
 * ``--no-auto-commits``: leave changes uncommitted (the runtime commits and computes lineage);
 * ``--no-gitignore``: do not add ``.aider*`` to ``.gitignore`` (no stray change in the worktree);
 * ``--chat-history-file``/``--input-history-file``: keep aider's history files out of the
@@ -20,9 +22,10 @@ aider — assumed CLI: aider-chat 0.60+. Invocation::
 
 goose — assumed CLI: goose 1.x (block/goose). Invocation::
 
-    goose run --no-session --with-builtin developer [--model M] --text=<prompt>
+    goose run --no-session --with-builtin developer [--model M] --instructions -  < prompt
 
-* ``run --text``: execute one instruction and exit; ``--no-session``: store no session file;
+* ``run --instructions -``: execute the instructions read from stdin and exit (never
+  ``--text``, which would put the prompt on argv); ``--no-session``: store no session file;
 * ``--with-builtin developer``: the file-editing/shell extension, whatever the user config;
 * ``--model``: overrides ``GOOSE_MODEL`` (the provider stays the configured one);
 * output: plain text, starting with a banner line like
@@ -38,7 +41,6 @@ from dataclasses import dataclass
 
 from ..model import ProcResult
 from .base import (
-    PROMPT_PLACEHOLDER,
     AgentOutput,
     AgentRequest,
     cli_call,
@@ -82,11 +84,14 @@ def _read_plain(
 class AiderAdapter:
     name: str = "aider"
     executable: str = "aider"
+    env_names: tuple[str, ...] = (
+        "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY",
+    )  # fmt: skip
 
-    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+    def flags(self, request: AgentRequest) -> list[str]:
         scratch = request.prompt_file.parent
         flags = [
-            f"--message={prompt}",
+            f"--message-file={request.prompt_file}",
             "--yes-always",
             "--no-auto-commits",
             "--no-gitignore",
@@ -101,14 +106,20 @@ class AiderAdapter:
         return flags
 
     def argv(self, request: AgentRequest) -> list[str]:
-        return [self.executable, *self.flags(request, request.prompt)]
+        return [self.executable, *self.flags(request)]
+
+    def stdin(self, request: AgentRequest) -> None:
+        return None  # aider reads the prompt file (--message-file)
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
-        # The history paths are host-specific, not answer-changing: left out of the parameters.
+        # The prompt file and history paths are host-specific, not answer-changing: left out
+        # of the parameters.
         flags = [
             flag
-            for flag in self.flags(request, PROMPT_PLACEHOLDER)
-            if not flag.startswith(("--chat-history-file=", "--input-history-file="))
+            for flag in self.flags(request)
+            if not flag.startswith(
+                ("--chat-history-file=", "--input-history-file=", "--message-file=")
+            )
         ]
         return _read_plain(self.name, request, result, flags, _AIDER_MODEL, _AIDER_ERROR)
 
@@ -117,16 +128,23 @@ class AiderAdapter:
 class GooseAdapter:
     name: str = "goose"
     executable: str = "goose"
+    env_names: tuple[str, ...] = (
+        "ANTHROPIC_API_KEY", "GOOSE_MODEL", "GOOSE_PROVIDER", "OPENAI_API_KEY",
+    )  # fmt: skip
 
-    def flags(self, request: AgentRequest, prompt: str) -> list[str]:
+    def flags(self, request: AgentRequest) -> list[str]:
         flags = ["run", "--no-session", "--with-builtin", "developer"]
         if request.model:
             flags += ["--model", request.model]
-        return [*flags, f"--text={prompt}"]
+        return [*flags, "--instructions", "-"]
 
     def argv(self, request: AgentRequest) -> list[str]:
-        return [self.executable, *self.flags(request, request.prompt)]
+        return [self.executable, *self.flags(request)]
+
+    def stdin(self, request: AgentRequest) -> bytes:
+        """The prompt goes to stdin, never on argv (readable by anyone in ``ps``)."""
+        return request.prompt.encode("utf-8")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
-        flags = self.flags(request, PROMPT_PLACEHOLDER)
+        flags = self.flags(request)
         return _read_plain(self.name, request, result, flags, _GOOSE_MODEL, None)

@@ -43,6 +43,7 @@ class ScriptedAdapter:
     executable: str = field(default_factory=lambda: sys.executable)
     sleep_s: float = 0.0
     ignore_sigterm: bool = False
+    env_names: tuple[str, ...] = ()
 
     def argv(self, request: AgentRequest) -> list[str]:
         if request.workfile is None:
@@ -61,6 +62,9 @@ class ScriptedAdapter:
         if self.ignore_sigterm:
             argv.append("--ignore-sigterm")
         return argv
+
+    def stdin(self, request: AgentRequest) -> None:
+        return None  # the prompts are in the workfile
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         events, error = parse_json_lines(decode(result.stdout), "scripted agent")

@@ -43,6 +43,13 @@ def write_marker(name: str, prompt: str) -> str:
     return path.name
 
 
+def read_stdin() -> str:
+    """The prompt piped on stdin ("" when stdin is a terminal or empty), as the CLIs read it."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return ""
+    return sys.stdin.read()
+
+
 def emit(value: Any) -> None:
     sys.stdout.write(json.dumps(value) + "\n")
 

@@ -1,0 +1,184 @@
+"""The runtime's side of the sandbox: a batch's folders, and the profile + argv + env per role.
+
+A batch gets one folder outside the state folder (``<work root>/<run>/<batch>/``, see
+:func:`default_work_root`) holding ``tree/`` (its git worktree), ``io/`` (prompt file,
+workfile, history files an adapter redirects there) and ``home/`` (the agent's HOME). Being
+outside ``.harness/`` keeps the stores and keys out of an agent's reach even where there is no
+sandbox and the agent walks up from its working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.receipts.keys import repo_id
+
+from .build import Bind, Settings, build_profile, support_for
+from .bwrap import Support, bwrap_argv
+from .env import sandbox_env
+from .profile import Profile
+
+__all__ = ["BatchDirs", "Sandbox", "default_work_root", "git_common_dir", "repo_id"]
+
+
+def default_work_root(repo: Path, env: Mapping[str, str] | None = None) -> Path:
+    """Where a repository's worktrees go: ``$XDG_RUNTIME_DIR/harness/work/<repo id>`` when that
+    folder exists, else ``${XDG_CACHE_HOME:-~/.cache}/harness/work/<repo id>``."""
+    env = os.environ if env is None else env
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
+        base = Path(runtime)
+    else:
+        cache = env.get("XDG_CACHE_HOME")
+        base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "harness" / "work" / repo_id(repo)
+
+
+def git_common_dir(repo: Path) -> Path:
+    """The repository's git folder (shared by all its worktrees)."""
+    out = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return Path(out.stdout.strip())
+
+
+@dataclass(frozen=True)
+class BatchDirs:
+    root: Path
+
+    @property
+    def tree(self) -> Path:
+        return self.root / "tree"
+
+    @property
+    def io(self) -> Path:
+        return self.root / "io"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def gate_home(self) -> Path:
+        return self.root / "gate-home"
+
+    def create(self) -> None:
+        for folder in (self.root, self.io, self.home, self.gate_home):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One run's sandbox policy: what is hidden, whether bwrap works, the host environment."""
+
+    settings: Settings
+    support: Support
+    hidden: tuple[Path, ...]
+    """The operator's home, the state folder, the keys folder."""
+    secret: tuple[Path, ...]
+    """The keys folder (nothing inside it is ever mounted)."""
+    git_dir: Path | None
+    confine: tuple[Path, ...] = ()
+    """The state folder and the keys folder: no program or file inside them is mounted."""
+    host_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    @classmethod
+    def for_run(
+        cls, settings: Settings, *, repo: Path, state_dir: Path, keys_dir: Path | None
+    ) -> Sandbox:
+        hidden = [Path.home(), state_dir]
+        secret = [keys_dir] if keys_dir is not None else []
+        try:
+            git_dir: Path | None = git_common_dir(repo)
+        except (OSError, subprocess.CalledProcessError):
+            git_dir = None
+        return cls(
+            settings,
+            support_for(settings),
+            tuple(hidden + secret),
+            tuple(secret),
+            git_dir,
+            (state_dir, *secret),
+        )
+
+    @property
+    def available(self) -> bool:
+        return self.support.available
+
+    def agent(
+        self,
+        dirs: BatchDirs,
+        *,
+        programs: Sequence[str],
+        network: bool,
+        adapter_env: Sequence[str] = (),
+        journal_dir: Path | None = None,
+        files: Sequence[str] = (),
+    ) -> tuple[Profile, dict[str, str]]:
+        """Profile and environment of a batch's agent: worktree, io and home read-write."""
+        binds = [Bind(dirs.tree, True, "worktree"), Bind(dirs.io, True, "io")]
+        if self.git_dir is not None:
+            binds.append(Bind(self.git_dir, False, "git"))
+        if journal_dir is not None:
+            journal_dir.mkdir(parents=True, exist_ok=True)
+            binds.append(Bind(journal_dir, True, "journal"))
+        extra = list(adapter_env) if network else []
+        env = sandbox_env(self.host_env, home=dirs.home, extra_names=extra)
+        profile = build_profile(
+            role="agent", support=self.support, settings=self.settings, workdir=dirs.tree,
+            binds=binds, home=dirs.home, home_writable=True, network=network,
+            env_names=list(env), hidden=self.hidden, secret=self.secret, confine=self.confine,
+            programs=programs, files=files, path_env=env.get("PATH"),
+        )  # fmt: skip
+        return profile, env
+
+    def gate(
+        self,
+        worktree: Path,
+        home: Path,
+        *,
+        programs: Sequence[str] = (),
+        files: Sequence[str] = (),
+        role: str = "gate",
+    ) -> tuple[Profile, dict[str, str]]:
+        """Profile and environment of a gate (or auditor): everything read-only, no network,
+        a fresh empty HOME, no bytecode writes (the worktree is read-only)."""
+        binds = [Bind(worktree, False, "worktree")]
+        if self.git_dir is not None:
+            binds.append(Bind(self.git_dir, False, "git"))
+        env = sandbox_env(self.host_env, home=home, fixed={"PYTHONDONTWRITEBYTECODE": "1"})
+        profile = build_profile(
+            role="auditor" if role == "auditor" else "gate", support=self.support,
+            settings=self.settings, workdir=worktree, binds=binds, home=home,
+            home_writable=False, network=False, env_names=list(env), hidden=self.hidden,
+            secret=self.secret, confine=self.confine, programs=programs, files=files,
+            path_env=env.get("PATH"),
+        )  # fmt: skip
+        return profile, env
+
+    def run_profile(self, work: Path) -> dict[str, Any]:
+        """The run's default profile, as ``run.start`` records it (``sandbox``).
+
+        It is an agent's profile without network egress for the batch folder template
+        ``<work>/{batch}`` (no program mounts: those depend on the adapter), with the gates'
+        profile as its member ``gate``. A task's trifecta decision before spawn is taken under
+        it: a batch only gets the network when its tools carry ``external_comm`` (so the
+        decision cannot change), and its ``private_mounts`` is the same as every agent's.
+        """
+        dirs = BatchDirs(work / "{batch}")
+        agent, _ = self.agent(dirs, programs=(), network=False)
+        gate, _ = self.gate(dirs.tree, dirs.gate_home)
+        return {**agent.to_json(), "gate": gate.to_json()}
+
+    def argv(self, profile: Profile, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` under ``profile``."""
+        if profile.kind == "none":
+            return list(argv)
+        assert self.support.executable is not None
+        return bwrap_argv(self.support.executable, profile, argv)
