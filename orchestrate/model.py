@@ -67,6 +67,19 @@ class CapsuleSpec:
 
 
 @dataclass(frozen=True)
+class CommandSpec:
+    """A plan-defined agent (``[adapter.<name>]``): any CLI, run from an argv template with
+    the prompt on stdin (``harness.orchestrate.adapters.command``)."""
+
+    name: str
+    command: tuple[str, ...]
+    env: tuple[str, ...] = ()
+    """Environment variable names it may get (only with network egress), e.g. an API key."""
+    model: str | None = None
+    """Default for the ``{model}`` placeholder."""
+
+
+@dataclass(frozen=True)
 class Plan:
     name: str
     tasks: tuple[TaskSpec, ...]
@@ -77,6 +90,8 @@ class Plan:
     capsule: CapsuleSpec | None = None
     settle_ticks: int = 2
     """Quiescent ticks (nothing runnable, nothing running) before the loop stops."""
+    commands: Mapping[str, CommandSpec] = field(default_factory=dict)
+    """Plan-defined command adapters by name."""
 
 
 @dataclass(frozen=True)

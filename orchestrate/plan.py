@@ -24,6 +24,14 @@ Format (TOML 1.0, UTF-8)::
     egress = []                 # allowed external hosts, lower-case names (default []: none)
     expires = "2027-01-01T00:00:00.000000Z"  # a quoted string, YYYY-MM-DDTHH:MM:SS.ffffffZ (UTC)
 
+    [adapter.mycli]             # zero or more plan-defined command adapters (a name that is
+                                # not a built-in adapter); tasks use it as adapter = "mycli"
+    command = ["mycli", "--yes", "--model", "{model}"]  # required, non-empty argv template;
+                                # placeholders {prompt_file} {worktree} {model}; the prompt
+                                # itself goes to stdin, never on the command line
+    env = ["MYCLI_API_KEY"]     # env variable names it may get, only with egress (default [])
+    model = "m1"                # default for {model} (optional, non-empty)
+
     [[task]]                    # zero or more; order in the file = creation order (``order``)
     id = "t1"                   # required: [a-z0-9][a-z0-9_-]{0,63}, unique in the plan
     role = "coder"              # required: a name
@@ -79,7 +87,7 @@ from typing import Any, Final
 
 from harness.verify.records import TIME_RE
 
-from .model import CapsuleSpec, Edit, Gate, Plan, TaskSpec
+from .model import CapsuleSpec, CommandSpec, Edit, Gate, Plan, TaskSpec
 
 MAX_BATCH_LIMIT: Final = 3
 SAFE_INT: Final = 2**53 - 1
@@ -95,7 +103,14 @@ MCP_PREFIX: Final = "mcp:"
 _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 _BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
 
-_TOP_KEYS: Final = ("plan", "capsule", "task")
+_TOP_KEYS: Final = ("plan", "capsule", "adapter", "task")
+_ADAPTER_KEYS: Final = ("command", "env", "model")
+BUILTIN_ADAPTERS: Final = frozenset(
+    {"scripted", "claude", "codex", "gemini", "aider", "goose", "opencode"}
+)
+"""Adapter names a plan cannot redefine (``command`` can: it has no built-in template)."""
+ENV_NAME_RE: Final = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
+_RESERVED_ENV: Final = frozenset({"HOME", "PATH", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE"})
 _PLAN_KEYS: Final = ("name", "max_batch", "settle_ticks", "concurrency")
 _CAPSULE_KEYS: Final = ("goal", "actions", "scope", "adapters", "egress", "expires")
 _TASK_KEYS: Final = (
@@ -517,6 +532,37 @@ def _find_cycle(tasks: Sequence[TaskSpec]) -> list[str] | None:
     return None
 
 
+def _env_name(item: object, key: str) -> str:
+    name = _str(item, key, ENV_NAME_RE, "environment variable name")
+    if name in _RESERVED_ENV:
+        raise PlanError(key, f"{name} is set by the harness, not passed through")
+    return name
+
+
+def _parse_commands(value: object) -> dict[str, CommandSpec]:
+    if not isinstance(value, Mapping):
+        raise PlanError("adapter", f"must be a table of [adapter.NAME] tables, not {_kind(value)}")
+    out: dict[str, CommandSpec] = {}
+    for raw_name, entry in value.items():
+        name = str(raw_name)
+        key = _join("adapter", name)
+        if not NAME_RE.fullmatch(name):
+            raise PlanError(key, f"{name!r} is not a valid adapter name")
+        if name in BUILTIN_ADAPTERS:
+            raise PlanError(key, f"{name!r} is a built-in adapter and cannot be redefined")
+        table = _table(entry, key, _ADAPTER_KEYS, ("command",))
+        command = _list(table["command"], _join(key, "command"))
+        if not command:
+            raise PlanError(_join(key, "command"), "must be a non-empty argv list")
+        argv = tuple(
+            _str(item, f"{_join(key, 'command')}[{i}]") for i, item in enumerate(command)
+        )
+        env = _unique_strs(table.get("env", []), _join(key, "env"), _env_name)
+        model = _str(table["model"], _join(key, "model")) if "model" in table else None
+        out[name] = CommandSpec(name=name, command=argv, env=env, model=model)
+    return dict(sorted(out.items()))
+
+
 def parse_plan(data: Mapping[str, Any]) -> Plan:
     """Check a decoded plan document (see the module docstring) and build the ``Plan``."""
     root = _table(data, "", _TOP_KEYS, ("plan",))
@@ -536,6 +582,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
             concurrency[str(role)] = _int(limit, role_key, 1, 1000)
 
     capsule = _parse_capsule(root["capsule"]) if "capsule" in root else None
+    commands = _parse_commands(root["adapter"]) if "adapter" in root else {}
 
     task_items = root.get("task", [])
     if not isinstance(task_items, list | tuple):
@@ -571,6 +618,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         concurrency=dict(sorted(concurrency.items())),
         capsule=capsule,
         settle_ticks=settle_ticks,
+        commands=commands,
     )
 
 

@@ -200,7 +200,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
     (
         "unknown-top",
         _set("tasks", []),
-        "tasks: unknown key (allowed: plan, capsule, task)",
+        "tasks: unknown key (allowed: plan, capsule, adapter, task)",
         True,
     ),
     (
