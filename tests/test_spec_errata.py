@@ -631,3 +631,68 @@ def test_runtime_hmac_key_file_does_not_strip_1c(tmp_path: Path) -> None:
         load_hmac_master(path)
     path.write_bytes(b" " + b"ab " * 32 + b"\n")
     assert load_hmac_master(path) == bytes.fromhex("ab" * 32)
+
+
+# ---------------------------------------------------------------- erratum 12: header byte rules
+
+
+def _spec_ustar(
+    name: bytes, size: int, *, typeflag: bytes = b"0", mode: bytes = b"0000644"
+) -> bytes:
+    """bundle.md §2.1, written from the table alone (no tarfile)."""
+    fields = [
+        name.ljust(100, b"\0")[:100],
+        mode + b"\0",
+        b"0000000\0",
+        b"0000000\0",
+        b"%011o\0" % size,
+        b"00000000000\0",
+        b" " * 8,  # chksum, counted as spaces
+        typeflag,
+        bytes(100),
+        b"ustar\0",
+        b"00",
+        bytes(32),
+        bytes(32),
+        bytes(8),
+        bytes(8),
+        bytes(155),
+        bytes(12),
+    ]
+    block = b"".join(fields)
+    assert len(block) == 512
+    checksum = b"%06o\0 " % sum(block)
+    return block[:148] + checksum + block[156:]
+
+
+def _spec_header(name: str, size: int) -> bytes:
+    """bundle.md §2.1 and §2.2 as byte rules."""
+    raw = name.encode("ascii")
+    if len(raw) <= 100:
+        return _spec_ustar(raw, size)
+    k = len(raw)
+    n = next(k + 7 + d for d in range(1, 6) if len(str(k + 7 + d)) == d)
+    record = b"%d path=%s\n" % (n, raw)
+    assert len(record) == n
+    pax = _spec_ustar(b"././@PaxHeader", n, typeflag=b"x", mode=b"0000000")
+    return pax + record.ljust(-(-n // 512) * 512, b"\0") + _spec_ustar(raw[:100], size)
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [
+        ("manifest.json", 2393),
+        ("manifest.sig", 0),
+        ("runs/run-1/stores/audit.jsonl", 8**11 - 1),
+        ("x" * 100, 1),
+        ("a/" + "b" * 123, 512),
+        ("/".join(["s" * 128] * 8), 4 << 30),
+    ],
+)
+def test_reference_header_bytes_are_the_spec_byte_rules(name: str, size: int) -> None:
+    """A reader without CPython's tarfile computes §2's bytes and gets the reference's."""
+    assert tar_header_bytes(name, size) == _spec_header(name, size)
+
+
+def test_manifest_header_checksum_example() -> None:
+    assert _spec_header("manifest.json", 2393)[148:156] == b"010451\0 "
