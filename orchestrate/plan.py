@@ -79,13 +79,11 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from functools import lru_cache
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from harness.verify.records import TIME_RE
+from harness.verify.rules.scope import check_glob, check_rel_path, check_time, in_scope
 
 from .model import CapsuleSpec, CommandSpec, Edit, Gate, Plan, TaskSpec
 
@@ -100,7 +98,6 @@ HOST_RE: Final = re.compile(
 CAPSULE_ACTIONS: Final = ("edit", "delete", "gate", "merge")
 """Action classes a capsule may allow (egress is governed by the capsule's host list)."""
 MCP_PREFIX: Final = "mcp:"
-_CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 _BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 _TOP_KEYS: Final = ("plan", "capsule", "adapter", "task")
@@ -144,99 +141,9 @@ class PlanError(ValueError):
 
 # ---------------------------------------------------------------------------------------------
 # Globs and paths (shared with harness.orchestrate.capsule)
-
-
-def check_glob(glob: str) -> str | None:
-    """Why ``glob`` is not an acceptable scope glob, or None if it is."""
-    if not glob:
-        return "glob is empty"
-    if glob.startswith("/"):
-        return "glob is absolute (starts with '/')"
-    if "\\" in glob:
-        return "glob contains a backslash"
-    if _CONTROL_RE.search(glob):
-        return "glob contains a control character"
-    for segment in glob.split("/"):
-        if segment == "":
-            return "glob has an empty segment"
-        if segment in {".", ".."}:
-            return f"glob has a {segment!r} segment"
-        if "**" in segment and segment != "**":
-            return "'**' must be a whole path segment"
-    return None
-
-
-def check_rel_path(path: str) -> str | None:
-    """Why ``path`` is not a normalized repository-relative POSIX path, or None if it is."""
-    if not path:
-        return "path is empty"
-    if path.startswith("/"):
-        return "path is absolute (starts with '/')"
-    if "\\" in path:
-        return "path contains a backslash"
-    if _CONTROL_RE.search(path):
-        return "path contains a control character"
-    for segment in path.split("/"):
-        if segment == "":
-            return "path has an empty segment"
-        if segment in {".", ".."}:
-            return f"path has a {segment!r} segment"
-        if segment.lower() == ".git":
-            return "path is inside .git"
-    return None
-
-
-def _segment_regex(segment: str) -> str:
-    out = []
-    for ch in segment:
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        else:
-            out.append(re.escape(ch))
-    return "".join(out)
-
-
-@lru_cache(maxsize=4096)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    problem = check_glob(glob)
-    if problem is not None:
-        raise ValueError(f"bad glob {glob!r}: {problem}")
-    parts = glob.split("/")
-    last = len(parts) - 1
-    pieces = []
-    for i, segment in enumerate(parts):
-        if segment == "**":
-            pieces.append("[^/]+(?:/[^/]+)*" if i == last else "(?:[^/]+/)*")
-        else:
-            pieces.append(_segment_regex(segment) + ("" if i == last else "/"))
-    return re.compile("".join(pieces))
-
-
-def glob_match(glob: str, path: str) -> bool:
-    """Whether the whole of ``path`` matches ``glob`` (semantics in the module docstring).
-
-    ``glob`` must be valid (``check_glob``), else ValueError; ``path`` is matched as given, so
-    check it with ``check_rel_path`` first where it is untrusted.
-    """
-    return _glob_regex(glob).fullmatch(path) is not None
-
-
-def in_scope(path: str, scope: Iterable[str]) -> bool:
-    """Whether ``path`` matches at least one glob of ``scope`` (an empty scope holds nothing)."""
-    return any(glob_match(glob, path) for glob in scope)
-
-
-def check_time(value: str) -> str | None:
-    """Why ``value`` is not a valid ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` UTC time, or None."""
-    if not TIME_RE.fullmatch(value):
-        return "time must be YYYY-MM-DDTHH:MM:SS.ffffffZ (UTC, six fractional digits)"
-    try:
-        datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")  # calendar check only
-    except ValueError:
-        return "time is not a valid calendar date and time"
-    return None
+# check_glob, check_rel_path, glob_match, in_scope and check_time are the capsule rule's own
+# (harness.verify.rules.scope, imported above): one definition for the runtime, the plan
+# parser and the verifier.
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from harness.orchestrate.capsule import (
     pre_spawn_violations,
 )
 from harness.orchestrate.model import CapsuleSpec, TaskSpec
-from harness.orchestrate.plan import check_glob, glob_match, in_scope
+from harness.verify.rules.scope import check_glob, glob_match, in_scope
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = "2026-06-01T12:00:00.000000Z"
