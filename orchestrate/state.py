@@ -1,12 +1,29 @@
-"""The state folder of a repository (``.harness/``) and the commands that use it."""
+"""The state folder of a repository (``.harness/``), the key layout, and the commands that
+use them.
+
+Layout (decision 0017): the state folder ``<repo>/.harness/`` holds the stores and journals
+(git-ignored through ``.git/info/exclude``); the keys live outside the repository, by default
+in ``${XDG_CONFIG_HOME:-~/.config}/harness/keys/<repo id>`` (``--keys`` chooses another
+folder); worktrees live outside the state folder, in ``default_work_root``. ``harness init``
+and ``harness run`` refuse a layout where a key file is reachable from an agent's view: inside
+the repository's tree (which every worktree mirrors and the git folder belongs to) or inside
+the worktree folder.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.receipts.keys import KeyFileError, OperatorKeys, init_keys, load_keys
+from harness.receipts.keys import (
+    KeyFileError,
+    OperatorKeys,
+    default_keys_dir,
+    init_keys,
+    load_keys,
+)
 from harness.receipts.run import RunRecorder
 
 from .capabilities import DEFAULT_MATRIX, CapabilityError, load_capabilities
@@ -14,6 +31,7 @@ from .clock import LogicalClock, wall_clock
 from .plan import PlanError, load_plan
 from .replay import Journal
 from .runtime import RunSummary, Runtime
+from .sandbox import Settings, covers, default_work_root
 
 STATE_NAME = ".harness"
 
@@ -24,6 +42,34 @@ class StateError(Exception):
 
 def state_dir(repo: Path) -> Path:
     return repo / STATE_NAME
+
+
+def keys_dir_for(repo: Path, keys: Path | None = None) -> Path:
+    """The keys folder a command uses: ``keys`` when given, else the default for ``repo``."""
+    return (keys if keys is not None else default_keys_dir(repo.absolute())).absolute()
+
+
+def key_layout_problem(keys: Path, repo: Path, work_root: Path | None = None) -> str | None:
+    """Why the keys folder is reachable from an agent's view, or None when it is not.
+
+    Reachable: the keys folder (after resolving symlinks) lies inside the repository's tree or
+    the worktree folder, or contains one of them (an agent in a worktree would then have the
+    keys below or beside its working directory).
+    """
+    real_keys = os.path.realpath(keys)
+    views = [("the repository", os.path.realpath(repo))]
+    work = work_root if work_root is not None else default_work_root(repo)
+    views.append(("the worktree folder", os.path.realpath(work)))
+    for what, view in views:
+        if covers(view, real_keys):
+            return (
+                f"the keys folder {keys} is inside {what} ({view}), where an agent can reach "
+                "it: keep the keys outside the repository (the default is "
+                f"{default_keys_dir(repo)}; or choose one with --keys)"
+            )
+        if covers(real_keys, view):
+            return f"the keys folder {keys} contains {what} ({view}), where agents work"
+    return None
 
 
 def _exclude(repo: Path) -> None:
@@ -41,15 +87,34 @@ def _exclude(repo: Path) -> None:
         exclude.write_text("\n".join([*lines, f"/{STATE_NAME}/"]) + "\n")
 
 
-def init_state(repo: Path) -> tuple[Path, OperatorKeys]:
+def init_state(repo: Path, keys: Path | None = None) -> tuple[Path, Path, OperatorKeys]:
+    """Create the state folder and the keys; returns (state folder, keys folder, keys)."""
     repo = repo.absolute()
     _exclude(repo)
     state = state_dir(repo)
+    folder = keys_dir_for(repo, keys)
+    problem = key_layout_problem(folder, repo)
+    if problem:
+        raise StateError(problem)
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        keys = init_keys(state / "keys")
+        made = init_keys(folder)
     except KeyFileError as exc:
         raise StateError(str(exc)) from None
-    return state, keys
+    return state, folder, made
+
+
+def load_run_keys(repo: Path, keys: Path | None = None) -> tuple[Path, OperatorKeys]:
+    """The keys for a command on ``repo``, refusing a reachable layout."""
+    folder = keys_dir_for(repo, keys)
+    problem = key_layout_problem(folder, repo)
+    if problem:
+        raise StateError(problem)
+    try:
+        return folder, load_keys(folder)
+    except KeyFileError as exc:
+        hint = "" if folder.exists() else " (run `harness init` first, or pass --keys)"
+        raise StateError(f"{exc}{hint}") from None
 
 
 def run_plan(
@@ -62,12 +127,19 @@ def run_plan(
     logical_clock: bool = False,
     capabilities: Path | None = None,
     journal_state: Path | None = None,
+    keys: Path | None = None,
+    no_sandbox: bool = False,
+    work_root: Path | None = None,
 ) -> RunSummary:
     state = state_dir(repo)
+    folder, operator_keys = load_run_keys(repo, keys)
+    if work_root is not None:
+        problem = key_layout_problem(folder, repo, work_root)
+        if problem:
+            raise StateError(problem)
     try:
-        keys = load_keys(state / "keys")
         plan = load_plan(plan_file)
-    except (KeyFileError, PlanError, OSError) as exc:
+    except (PlanError, OSError) as exc:
         raise StateError(str(exc)) from None
     if run_id is None:
         run_id = replay or f"{plan.name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
@@ -84,19 +156,22 @@ def run_plan(
         repo=repo,
         plan=plan,
         state_dir=state,
-        keys=keys,
+        keys=operator_keys,
         run_id=run_id,
         clock=LogicalClock() if logical_clock else wall_clock,
         capabilities=matrix,
         journal=journal,
         git_date="2026-01-01T00:00:00+00:00" if logical_clock else None,
+        sandbox=Settings(opt_out=no_sandbox),
+        work_root=work_root,
+        keys_dir=folder,
     ).run()
 
 
-def request_stop(repo: Path, run_id: str, operator: str) -> int:
+def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = None) -> int:
     state = state_dir(repo)
-    keys = load_keys(state / "keys")
-    with RunRecorder(state, run_id, keys) as run:
+    _, operator_keys = load_run_keys(repo, keys)
+    with RunRecorder(state, run_id, operator_keys) as run:
         return run.record(
             "control", "command", {"operator": operator, "command": "stop", "args": {}}
         )

@@ -3,14 +3,21 @@
 Both are secrets: they are created with mode 0600 in a 0700 folder that git does not track,
 loaded only if nobody else can read them, and never copied into evidence. The key id used
 everywhere is the hex SHA-256 of the raw 32-byte Ed25519 public key.
+
+Where they live by default: outside the repository, in
+``${XDG_CONFIG_HOME:-~/.config}/harness/keys/<repo id>`` (``default_keys_dir``), so that no
+agent working in the repository or one of its worktrees can reach them by walking the tree,
+sandboxed or not. ``<repo id>`` is ``<folder name>-<first 12 hex of SHA-256(real path)>``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import stat
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -52,6 +59,21 @@ class OperatorKeys:
 
     def note_signer(self) -> NoteSigner:
         return NoteSigner(self.signing_key, note_key_name(self.key_id))
+
+
+def repo_id(repo: Path) -> str:
+    """A stable, readable folder name for a repository: ``<name>-<12 hex of its real path>``."""
+    real = os.path.realpath(repo)
+    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{os.path.basename(real) or 'repo'}-{digest}"
+
+
+def default_keys_dir(repo: Path, env: Mapping[str, str] | None = None) -> Path:
+    """``${XDG_CONFIG_HOME:-~/.config}/harness/keys/<repo id>`` (outside every repository)."""
+    env = os.environ if env is None else env
+    config = env.get("XDG_CONFIG_HOME")
+    base = Path(config) if config and os.path.isabs(config) else Path.home() / ".config"
+    return base / "harness" / "keys" / repo_id(repo)
 
 
 def _inside_git_tracked_tree(path: Path) -> bool:

@@ -23,6 +23,7 @@ def _harness(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         timeout=120,
+        env=dict(os.environ),
     )
 
 
@@ -72,11 +73,19 @@ def test_keys_refused_inside_git_tracked_tree(tmp_path: Path) -> None:
     assert (repo / ".harness" / "keys" / "signing.key").exists()
 
 
-def test_cli_keys_record_checkpoint(tmp_path: Path) -> None:
+def test_cli_keys_record_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys default to ~/.config/harness/keys/<repo id> (here XDG_CONFIG_HOME), outside the
+    folder the state belongs to; ``record`` finds them there from ``--state``."""
+    from harness.receipts.keys import default_keys_dir
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     state = tmp_path / "state"
-    made = _harness("keys", "init", "--dir", str(state / "keys"), cwd=tmp_path)
+    made = _harness("keys", "init", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     assert "key id:" in made.stdout
+    folder = default_keys_dir(tmp_path)
+    assert folder.parent == tmp_path / "config" / "harness" / "keys"
+    assert (folder / "signing.key").exists() and not (tmp_path / ".harness").exists()
     appended = _harness(
         "record", "audit", "event", '{"name":"x","data":{"k":1}}',
         "--run", "r1", "--state", str(state), "--checkpoint", cwd=tmp_path,

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.orchestrate.demo import make_repo
 from harness.verify.canonical import parse_canonical
+
+
+@pytest.fixture(autouse=True)
+def _private_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys and worktrees go to per-test XDG folders, never the real ~/.config or ~/.cache."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
 
 
 def _harness(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, check=False, timeout=180,
+        cwd=cwd, capture_output=True, text=True, check=False, timeout=180, env=dict(os.environ),
     )  # fmt: skip
+
+
+def _keys_dir(repo: Path) -> Path:
+    from harness.receipts.keys import default_keys_dir
+
+    return default_keys_dir(repo)
 
 
 PLAN = textwrap.dedent(
@@ -49,7 +66,9 @@ def test_init_run_status(tmp_path: Path) -> None:
     (tmp_path / "plan.toml").write_text(PLAN)
     init = _harness("init", cwd=repo)
     assert init.returncode == 0, init.stderr
-    assert (repo / ".harness" / "keys" / "signing.key").exists()
+    assert (_keys_dir(repo) / "signing.key").exists()
+    assert not (repo / ".harness" / "keys").exists()  # keys live outside the repository
+    assert str(_keys_dir(repo)) in init.stdout
     assert "/.harness/" in (repo / ".git" / "info" / "exclude").read_text()
     status_clean = subprocess.run(["git", "status", "--porcelain"], cwd=repo,
                                   capture_output=True, text=True, check=True)  # fmt: skip
@@ -129,3 +148,78 @@ def test_a_finished_run_is_not_resumed(tmp_path: Path) -> None:
     again = _harness("run", tmp_path / "plan.toml", "--run", "r1", cwd=repo)
     assert again.returncode == 1 and "already ended" in again.stderr
     assert audit.read_bytes() == before
+
+
+def test_init_and_run_refuse_keys_an_agent_could_reach(tmp_path: Path) -> None:
+    """A keys folder inside the repository (or its worktree folder) is refused by init and
+    run. (Fails on the old layout, which put the keys in <repo>/.harness/keys.)"""
+    from harness.receipts.keys import init_keys
+
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (tmp_path / "plan.toml").write_text(PLAN)
+    inside = repo / ".harness" / "keys"
+    init = _harness("init", "--keys", inside, cwd=repo)
+    assert init.returncode == 1 and "inside the repository" in init.stderr, init.stderr
+    assert not (inside / "signing.key").exists()
+    init_keys(inside)  # made by hand, behind the harness's back
+    ran = _harness("run", tmp_path / "plan.toml", "--keys", inside, cwd=repo)
+    assert ran.returncode == 1 and "inside the repository" in ran.stderr, ran.stderr
+    assert not (repo / ".harness" / "runs").exists()
+    from harness.orchestrate.sandbox import default_work_root
+
+    work = default_work_root(repo) / "keys"
+    assert _harness("init", "--keys", work, cwd=repo).returncode == 1
+    outside = tmp_path / "elsewhere" / "keys"
+    assert _harness("init", "--keys", outside, cwd=repo).returncode == 0
+    ran = _harness("run", tmp_path / "plan.toml", "--keys", outside, "--run", "r1", cwd=repo)
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_doctor_passes_then_fails_on_exposed_keys(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    missing = _harness("doctor", "--json", cwd=repo)
+    assert missing.returncode == 1  # no keys yet
+    assert _harness("init", cwd=repo).returncode == 0
+    ok = _harness("doctor", "--json", cwd=repo)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    import json
+
+    checks = {c["check"]: c for c in map(json.loads, ok.stdout.splitlines())}
+    assert checks["git"]["status"] == "ok" and "git version" in checks["git"]["detail"]
+    assert checks["sandbox"]["status"] == "ok" and "bubblewrap" in checks["sandbox"]["detail"]
+    assert checks["keys"]["status"] == "ok"
+    assert {f"cli:{n}" for n in ("claude", "codex", "gemini", "aider", "goose", "opencode")} <= set(
+        checks
+    )
+    os.chmod(_keys_dir(repo) / "hmac.key", 0o644)
+    exposed = _harness("doctor", cwd=repo)
+    assert exposed.returncode == 1
+    assert "fail  keys:" in exposed.stdout and "mode 644" in exposed.stdout
+
+
+def test_doctor_fails_without_a_working_sandbox(tmp_path: Path) -> None:
+    from harness.orchestrate.doctor import run_checks
+    from harness.orchestrate.sandbox import Settings
+
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    checks = {c.name: c for c in run_checks(repo, settings=Settings(bwrap="no-such-bwrap"))}
+    assert checks["sandbox"].status == "fail"
+    assert "not found" in checks["sandbox"].detail
+
+
+def test_doctor_reports_cli_versions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.orchestrate.doctor import run_checks
+
+    tool = tmp_path / "bin" / "claude"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho '2.0.1 (Claude Code)'\n")
+    tool.chmod(0o755)
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
+    checks = {c.name: c for c in run_checks(repo, clis=("claude",))}
+    assert checks["cli:claude"].status == "info"
+    assert checks["cli:claude"].detail == f"{tool}: 2.0.1 (Claude Code)"

@@ -20,6 +20,13 @@ keys_app = typer.Typer(help="Operator keys (Ed25519 signing key, HMAC master key
 app.add_typer(keys_app, name="keys")
 
 
+def _keys_for(state: Path, keys_dir: Path | None) -> Path:
+    """``--keys``, else the default keys folder of the repository ``state`` belongs to."""
+    from harness.receipts.keys import default_keys_dir
+
+    return keys_dir if keys_dir is not None else default_keys_dir(state.absolute().parent)
+
+
 @app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
@@ -31,13 +38,19 @@ def _root(
 
 @keys_app.command("init")
 def keys_init(
-    folder: Annotated[Path, typer.Option("--dir", help="Where to create the keys.")] = Path(
-        ".harness/keys"
-    ),
+    folder_opt: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="Where to create the keys (default: the current repository's keys folder, "
+            "~/.config/harness/keys/<repo id>).",
+        ),
+    ] = None,
 ) -> None:
     """Create the signing key and HMAC master key (mode 0600, never in git's tracked tree)."""
-    from harness.receipts.keys import KeyFileError, init_keys
+    from harness.receipts.keys import KeyFileError, default_keys_dir, init_keys
 
+    folder = folder_opt if folder_opt is not None else default_keys_dir(Path.cwd())
     try:
         keys = init_keys(folder)
     except KeyFileError as exc:
@@ -66,7 +79,7 @@ def record(
     from harness.verify.errors import VerificationError
 
     try:
-        keys = load_keys(keys_dir or state / "keys")
+        keys = load_keys(_keys_for(state, keys_dir))
         parsed = parse_strict_json(body.encode("utf-8"))
         with RunRecorder(state, run_id, keys) as run:
             seq = run.record(store, kind, parsed)
@@ -120,7 +133,7 @@ def export(
         from harness.receipts.euaiact import export_pack
 
         try:
-            keys = load_keys(keys_dir or state / "keys")
+            keys = load_keys(_keys_for(state, keys_dir))
             pack = export_pack(
                 state,
                 out,
@@ -143,7 +156,7 @@ def export(
         typer.echo("error: --since/--until apply to --eu-ai-act packs only", err=True)
         raise typer.Exit(2)
     try:
-        keys = load_keys(keys_dir or state / "keys")
+        keys = load_keys(_keys_for(state, keys_dir))
         result = export_bundle(state, out, keys, run_ids)
     except (KeyFileError, StoreError, ExportError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -173,7 +186,7 @@ def receipt(
 
     name = artifact.as_posix().removeprefix("./")
     try:
-        keys = load_keys(keys_dir or state / "keys")
+        keys = load_keys(_keys_for(state, keys_dir))
         run_id, data = receipt_for_path(state, keys, name, run_ids)
     except (KeyFileError, StoreError, ExportError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -205,20 +218,46 @@ def demo(
     raise typer.Exit(int(result.report.exit_code))
 
 
+_KEYS_HELP = "keys folder (default: ~/.config/harness/keys/<repo id>, outside the repository)"
+
+
 @app.command("init")
 def init(
     repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
 ) -> None:
-    """Create .harness/ (git-ignored via .git/info/exclude) and the operator keys."""
+    """Create .harness/ (git-ignored via .git/info/exclude) and the operator keys (outside
+    the repository; a keys folder an agent could reach is refused)."""
     from harness.orchestrate.state import StateError, init_state
 
     try:
-        state, keys = init_state(repo)
+        state, folder, keys = init_state(repo, keys_dir)
     except StateError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"state: {state}")
+    typer.echo(f"keys: {folder}")
     typer.echo(f"signer key id: {keys.key_id}")
+
+
+@app.command("doctor")
+def doctor(
+    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per check.")] = False,
+) -> None:
+    """Check git, the sandbox (runs bubblewrap once), key modes and reachability, and the
+    agent CLIs on PATH; exit 1 when a check fails."""
+    from harness.orchestrate.doctor import run_checks
+
+    checks = run_checks(repo, keys=keys_dir)
+    for check in checks:
+        if as_json:
+            typer.echo(json.dumps({"check": check.name, "status": check.status,
+                                   "detail": check.detail}))  # fmt: skip
+        else:
+            typer.echo(f"{check.status:4}  {check.name}: {check.detail}")
+    raise typer.Exit(1 if any(c.status == "fail" for c in checks) else 0)
 
 
 @app.command("run")
@@ -232,10 +271,20 @@ def run(
     allow_live_miss: Annotated[bool, typer.Option(help="call live on a replay miss")] = False,
     logical_clock: Annotated[bool, typer.Option(help="deterministic record times")] = False,
     capabilities: Annotated[Path | None, typer.Option(help="capabilities.toml (tool tags)")] = None,
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
+    no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--no-sandbox",
+            help="Run agents and gates without a sandbox (explicit opt-out, recorded in the "
+            "evidence). Without it, real agent CLIs refuse to run where bubblewrap cannot.",
+        ),
+    ] = False,
 ) -> None:
-    """Run (or resume) a plan: agents in worktrees, gates, merges, evidence."""
+    """Run (or resume) a plan: agents in sandboxed worktrees, gates, merges, evidence."""
     from harness.orchestrate.capabilities import CapabilityError
     from harness.orchestrate.runtime import RunAbortedError
+    from harness.orchestrate.sandbox.policy import SandboxUnavailableError
     from harness.orchestrate.state import StateError, run_plan
 
     try:
@@ -247,8 +296,10 @@ def run(
             allow_live_miss=allow_live_miss,
             logical_clock=logical_clock,
             capabilities=capabilities,
+            keys=keys_dir,
+            no_sandbox=no_sandbox,
         )
-    except (StateError, CapabilityError, RunAbortedError, OSError) as exc:
+    except (StateError, CapabilityError, RunAbortedError, SandboxUnavailableError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"run {summary.run_id}: {summary.batches} batch(es)")
@@ -277,11 +328,16 @@ def stop(
     run_id: Annotated[str, typer.Option("--run", help="run id")],
     repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
     operator: Annotated[str, typer.Option(help="who asks")] = "operator",
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
 ) -> None:
     """Ask a running run to stop: recorded in its control store, honoured at the next tick."""
-    from harness.orchestrate.state import request_stop
+    from harness.orchestrate.state import StateError, request_stop
 
-    seq = request_stop(repo.absolute(), run_id, operator)
+    try:
+        seq = request_stop(repo.absolute(), run_id, operator, keys_dir)
+    except StateError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(f"stop requested (control record {seq})")
 
 
