@@ -37,6 +37,19 @@ def test_vector_is_reproduced_byte_for_byte(regenerated: Path, name: str) -> Non
     )
 
 
+def test_published_policy_bundle_verifies(tmp_path: Path) -> None:
+    """The format-2 runtime run: its recorded decisions re-decide to themselves."""
+    facts = _facts()
+    report = verify_bundle(
+        HERE / "policy-bundle.tar", pins=TrustPolicy(frozenset({str(facts["key_id"])}), "test")
+    )
+    assert report.status.value == "verified", report.failure
+    plan = (HERE / "policy-plan.json").read_bytes()
+    start = json.loads((HERE / "policy-audit.jsonl").read_bytes().splitlines()[0])
+    assert start["kind"] == "run.start" and start["v"] == 2
+    assert start["body"]["plan_sha256"] == hashlib.sha256(plan).hexdigest()
+
+
 def _facts() -> dict[str, object]:
     facts: dict[str, object] = json.loads((HERE / "keys-and-facts.json").read_text())
     return facts

@@ -15,21 +15,28 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
+from harness.orchestrate.clock import LogicalClock
+from harness.orchestrate.plandoc import plan_bytes
 from harness.receipts.bundle import export_bundle
+from harness.receipts.run import RunRecorder
 from harness.verify.layout import (
     MANIFEST,
     MANIFEST_SIG,
     attestation_member,
     checkpoint_member,
+    plan_member,
     receipt_member,
     store_member,
 )
 from harness.verify.records import STORES
 
 from ..corpus import RUN_ID, operator_keys, record_run
+from ..test_rules_evidence import PLAN, lawful
 
 HERE = Path(__file__).resolve().parent
+POLICY_RUN = "policy-run"
 
 
 def generate(out: Path) -> list[Path]:
@@ -79,7 +86,30 @@ def generate(out: Path) -> list[Path]:
         "note": "TEST KEYS ONLY: published on purpose so anyone can re-derive these vectors.",
     }
     put("keys-and-facts.json", json.dumps(facts, indent=2, sort_keys=True).encode() + b"\n")
+    policy = _policy_bundle(keys)
+    put("policy-bundle.tar", policy["bundle"])
+    put("policy-plan.json", policy[plan_member(POLICY_RUN)])
+    put("policy-audit.jsonl", policy[store_member(POLICY_RUN, "audit")])
     return written
+
+
+def _policy_bundle(keys: Any) -> dict[str, bytes]:
+    """A format-2 runtime run: run.start binding the plan member, a trifecta denial, capsule
+    checks with their inputs, a gate-integrity record (the lawful history of
+    tests/test_rules_evidence.py), so a second verifier can re-decide every decision."""
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "state"
+        with RunRecorder(state, POLICY_RUN, keys, clock=LogicalClock()) as recorder:
+            recorder.write_plan(plan_bytes(PLAN))
+            for store, kind, body in lawful():
+                recorder.record(store, kind, body)
+            recorder.checkpoint_all()
+        bundle = export_bundle(state, Path(tmp) / "bundle.tar", keys).path
+        out = {"bundle": bundle.read_bytes()}
+        with tarfile.open(bundle) as tar:
+            for m in tar.getmembers():
+                out[m.name] = tar.extractfile(m).read()  # type: ignore[union-attr]
+    return out
 
 
 if __name__ == "__main__":

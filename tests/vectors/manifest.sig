@@ -1,4 +1,4 @@
 harness-verify/v1/bundle
-b0754a9bc08133f440601c152e685c865611ec32bbad6017e209e5a3d75a8c91
+db0e349520dc2aff85896b08333ccbadfe81934919253b2f99659fec378260b2
 
-— harness-34750f98bd59fcfc 063Xa9YFZ9YhxbPziVSnhUxCgusJ0Th51jyjSkaxWlJa+y6qLa+3LVb0oZwq2WwqV750vJNHwUbLheA7i4WpolSfqgo=
+— harness-34750f98bd59fcfc 063Xa2ncT8W8uqZ0R0hvghj8h1/WU0qEhXuNUAeqq+aCegSW1gyCWphSRAQzm9O4Hz+HhTsvK9EDKvADsonS2zLkCAU=
