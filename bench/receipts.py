@@ -64,7 +64,9 @@ def _body(path: str, version: int, step: int) -> dict[str, object]:
     return {
         "path": path,
         "sha256": hashlib.sha256(f"{path}@{version}".encode()).hexdigest(),
+        "mode": "100644",
         "parents": [],
+        "parent_mode": None,
         "actor": "claude-code",
         "task": f"task-{step // 100}",
         "step": step,

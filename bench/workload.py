@@ -11,7 +11,9 @@ def lineage_body(i: int) -> dict[str, object]:
     return {
         "path": f"src/module_{i % 997 % 31}/file_{i % 997}.py",
         "sha256": digest,
+        "mode": "100644",
         "parents": [hashlib.sha256(digest.encode()).hexdigest()],
+        "parent_mode": "100644",
         "actor": "claude-code",
         "task": f"task-{i // 100}",
         "step": i % 50,

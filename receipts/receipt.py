@@ -25,7 +25,7 @@ from harness.verify.intoto import (
     PREDICATE_SLSA_PROVENANCE,
 )
 from harness.verify.lineage import FinalArtifact
-from harness.verify.receipt import RECEIPT_FORMAT, RECEIPT_VERSION
+from harness.verify.receipt import RECEIPT_FORMAT, RECEIPT_VERSION, final_note_text
 
 from .cose import inclusion_receipt, sign1
 from .dsse import sign_envelope
@@ -70,6 +70,10 @@ def artifact_receipt(
             "audit_path": [h.hex() for h in path],
             "checkpoint": checkpoint_note.decode("utf-8"),
             "cose": base64.b64encode(cose).decode("ascii"),
+            # Signed only here, for final artifacts: what makes the receipt a receipt.
+            "final": keys.note_signer()
+            .sign(final_note_text(run_id, artifact.seq, record_line))
+            .decode("utf-8"),
             "format": RECEIPT_FORMAT,
             "leaf_index": artifact.seq,
             "record": record_line.decode("utf-8"),

@@ -42,7 +42,9 @@ def _write(path: str, data: bytes, step: int) -> tuple[str, dict[str, Any]]:
         {
             "actor": "agent",
             "model": "m",
+            "mode": "100644",
             "parents": [],
+            "parent_mode": None,
             "path": path,
             "sha256": _sha(data),
             "step": step,
@@ -62,7 +64,8 @@ def _record(state: Path, keys: OperatorKeys, run_id: str = "run-1") -> None:
             {
                 "actor": "agent",
                 "model": None,
-                "parents": [],
+                "parents": [_sha(b"x")],
+                "parent_mode": "100644",
                 "path": "tmp/scratch.txt",
                 "step": 2,
                 "task": "t1",

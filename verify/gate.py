@@ -9,10 +9,11 @@
 2. every file changed between ``base`` and ``head`` (``git diff-tree``, renames split into a
    delete and an add) is covered by the bundle:
 
-   * added, modified or type-changed: a *final artifact* of the path exists (the latest write
-     of a task whose change was merged, across every run of the bundle, latest record time
-     wins) and its SHA-256 equals the blob at ``head``;
-   * deleted: the last merged action of the bundle on the path is an ``artifact.delete``.
+   * the latest merged action on the path (across every run) leaves exactly the head state
+     (content SHA-256 *and* git mode, or absent), and its recorded parent state — walking
+     back through earlier merged actions on the path if need be — is exactly the base state;
+   * the runs counted were made in this history: their recorded base commit is an ancestor
+     of ``head`` (``verify/gatecover.py`` states the rule).
 
 The producing task passed its gates: final artifacts only count tasks whose change was merged
 (``MergeFacts``/``FinalArtifacts``, the same definition the receipts use), and the verifier's
@@ -21,37 +22,65 @@ artifact has a verified receipt included in a signed checkpoint (the ``receipts`
 covered file is covered by a receipt signed by a pinned key.
 
 Git runs as a subprocess with no system or global config, hooks and fsmonitor disabled, no
-external diff or textconv, and no ``GIT_*`` variable inherited from the caller.
+external diff or textconv, and no ``GIT_*`` variable inherited from the caller (``gitio``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from .archive import ArchiveError, open_bundle_archive
 from .errors import VerificationError
-from .gitio import GateUsageError, git, resolve_commit
+from .gatecover import (
+    BROKEN_HISTORY,
+    CONTENT_DIFFERS,
+    DELETION_NOT_ATTESTED,
+    MODE_DIFFERS,
+    NO_RECEIPT,
+    OTHER_HISTORY,
+    PARENT_DIFFERS,
+    PathAction,
+    State,
+    action_from_record,
+    judge_transition,
+)
+from .gitio import GIT_TIMEOUT_S, GateUsageError, git, git_argv, git_env, git_ok, resolve_commit
 from .layout import store_member
-from .lineage import FinalArtifacts, MergeFacts
+from .lineage import MergeFacts
 from .policy import NOT_PINNED_HINT, TrustPolicy
 from .records import parse_record_line
 from .report import EXIT_CODES, ExitCode, Report, Status
 from .storecheck import iter_store_lines
 
+__all__ = [
+    "BROKEN_HISTORY",
+    "CONTENT_DIFFERS",
+    "DELETION_NOT_ATTESTED",
+    "MODE_DIFFERS",
+    "NO_RECEIPT",
+    "OTHER_HISTORY",
+    "PARENT_DIFFERS",
+    "FileVerdict",
+    "GateReport",
+    "GateUsageError",
+    "blob_digests",
+    "bundle_history",
+    "changed_files",
+    "resolve_commit",
+    "run_gate",
+]
+
 GATE_FORMAT: Final = "harness-verify/gate-report"
 GATE_VERSION: Final = 1
 GATE_FORMATS: Final = ("text", "json", "sarif", "markdown")
 
-NO_RECEIPT: Final = "no receipt for this file"
-CONTENT_DIFFERS: Final = (
-    "content differs from the attested write (edited after the agent wrote it?)"
-)
-DELETION_NOT_ATTESTED: Final = "deletion not attested"
-
 _NULL_OID: Final = frozenset("0")
+GITLINK: Final = "160000"
+_CHUNK: Final = 1 << 16
 _CHANGE_NAMES: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "type-changed"}
 
 Verdict = Literal["covered", "uncovered"]
@@ -101,7 +130,9 @@ class GateReport:
 class Change:
     path: str
     status: str
+    old_mode: str
     new_mode: str
+    old_oid: str
     new_oid: str
 
 
@@ -116,6 +147,7 @@ def changed_files(repo: Path, base: str, head: str) -> list[Change]:
         "--no-ext-diff",
         "--no-textconv",
         "--raw",
+        "--no-abbrev",
         base,
         head,
     )
@@ -127,132 +159,142 @@ def changed_files(repo: Path, base: str, head: str) -> list[Change]:
         index += 2
         if not meta.startswith(b":"):
             raise GateUsageError(f"unexpected git diff-tree output: {meta[:80]!r}")
-        _old_mode, new_mode, _old_oid, new_oid, status = meta[1:].decode("ascii").split(" ")
+        old_mode, new_mode, old_oid, new_oid, status = meta[1:].decode("ascii").split(" ")
         path = raw_path.decode("utf-8", "surrogateescape")
-        changes.append(Change(path, status[:1], new_mode, new_oid))
+        changes.append(Change(path, status[:1], old_mode, new_mode, old_oid, new_oid))
     return sorted(changes, key=lambda change: change.path)
 
 
-def _blob_digests(repo: Path, oids: list[str]) -> dict[str, str]:
-    """SHA-256 (hex) of each blob, read with one ``git cat-file --batch``."""
-    if not oids:
-        return {}
-    out = git(repo, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid in oids).encode())
+def _present(oid: str, mode: str) -> bool:
+    return set(oid) != _NULL_OID and mode != GITLINK
+
+
+def blob_digests(repo: Path, oids: list[str]) -> dict[str, str]:
+    """SHA-256 (hex) of each blob, streamed from one ``git cat-file --batch``.
+
+    One object at a time (write its id, read its header, hash its body in chunks), so memory
+    stays at one chunk whatever the blob's size, and the pipes can never deadlock.
+    """
     digests: dict[str, str] = {}
-    position = 0
-    for oid in oids:
-        end = out.index(b"\n", position)
-        header = out[position:end].decode("ascii").split(" ")
-        if len(header) != 3 or header[1] != "blob":
-            raise GateUsageError(f"git cat-file: {oid} is not a blob ({' '.join(header)})")
-        size = int(header[2])
-        body = out[end + 1 : end + 1 + size]
-        digests[oid] = hashlib.sha256(body).hexdigest()
-        position = end + 1 + size + 1
+    if not oids:
+        return digests
+    try:
+        proc = subprocess.Popen(
+            git_argv("cat-file", "--batch"),
+            cwd=repo,
+            env=git_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError as exc:
+        raise GateUsageError(f"cannot run git cat-file: {exc.strerror or exc}") from None
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for oid in oids:
+            proc.stdin.write(f"{oid}\n".encode("ascii"))
+            proc.stdin.flush()
+            header = proc.stdout.readline(512).decode("ascii", "replace").split()
+            if len(header) != 3 or header[1] != "blob" or not header[2].isdigit():
+                raise GateUsageError(f"git cat-file: {oid} is not a blob ({' '.join(header)})")
+            remaining = int(header[2])
+            digest = hashlib.sha256()
+            while remaining:
+                chunk = proc.stdout.read(min(remaining, _CHUNK))
+                if not chunk:
+                    raise GateUsageError(f"git cat-file: {oid} ended early")
+                digest.update(chunk)
+                remaining -= len(chunk)
+            if proc.stdout.read(1) != b"\n":
+                raise GateUsageError(f"git cat-file: {oid}: unexpected output")
+            digests[oid] = digest.hexdigest()
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.wait(timeout=GIT_TIMEOUT_S)
     return digests
 
 
 # ---- the bundle's attested actions ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Attested:
-    """The last merged action of the bundle on one path."""
+@dataclass
+class BundleHistory:
+    """Per path, the merged actions of a verified bundle; per run, its recorded base commit."""
 
-    path: str
-    kind: str
-    """``artifact.write`` (``sha256``: the final artifact digest) or ``artifact.delete``."""
-    sha256: str | None
-    run: str
-    task: str
-    seq: int
-    time: str
+    actions: dict[str, list[PathAction]] = field(default_factory=dict)
+    base_commits: dict[str, str | None] = field(default_factory=dict)
 
 
-def attested_actions(bundle: Path, run_ids: list[str]) -> dict[str, Attested]:
-    """Per path, the latest merged write or delete across the runs of a verified bundle."""
-    latest: dict[str, Attested] = {}
+def bundle_history(bundle: Path, run_ids: list[str]) -> BundleHistory:
+    """Fold the audit and lineage stores of a verified bundle into merged path histories."""
+    history = BundleHistory()
     with open_bundle_archive(bundle) as archive:
         for run_id in run_ids:
             merges = MergeFacts()
+            base_commit: str | None = None
             member = store_member(run_id, "audit")
             with archive.open(member) as stream:
                 for line in iter_store_lines(stream, member):
                     record = parse_record_line(line, "audit", run_id)
                     merges.apply(record.kind, record.body)
+                    if record.kind == "run.start":
+                        base_commit = str(record.body["base_commit"])
+            history.base_commits[run_id] = base_commit
             merged = merges.merged_tasks()
-            finals = FinalArtifacts(merged)
             member = store_member(run_id, "lineage")
             with archive.open(member) as stream:
                 for line in iter_store_lines(stream, member):
                     record = parse_record_line(line, "lineage", run_id)
                     if record.kind not in ("artifact.write", "artifact.delete"):
                         continue
-                    finals.apply(record.kind, record.seq, record.body)
                     if merged is not None and record.body.get("task") not in merged:
                         continue
-                    path = str(record.body["path"])
-                    final = finals.current(path)
-                    action = Attested(
-                        path,
-                        record.kind,
-                        final.sha256 if final is not None else None,
-                        run_id,
-                        str(record.body.get("task", "")),
-                        record.seq,
-                        record.time,
+                    action = action_from_record(
+                        run_id, record.kind, record.seq, record.time, record.body
                     )
-                    previous = latest.get(path)
-                    if previous is None or (previous.time, previous.run, previous.seq) <= (
-                        action.time,
-                        action.run,
-                        action.seq,
-                    ):
-                        latest[path] = action
-    return latest
+                    history.actions.setdefault(action.path, []).append(action)
+    return history
+
+
+def _runs_in_history(repo: Path, head: str, history: BundleHistory) -> set[str]:
+    """Runs whose recorded base commit is in ``head``'s history (same repository, and a state
+    the change descends from); a run without one (no runtime records) is in no history."""
+    return {
+        run
+        for run, commit in history.base_commits.items()
+        if commit is not None and git_ok(repo, "merge-base", "--is-ancestor", commit, head)
+    }
 
 
 # ---- the gate --------------------------------------------------------------------------------
 
 
-def _judge(change: Change, digest: str | None, action: Attested | None) -> FileVerdict:
+def _judge(
+    change: Change,
+    digests: dict[str, str],
+    actions: list[PathAction],
+    foreign: list[PathAction],
+) -> FileVerdict:
+    def state(oid: str, mode: str) -> State:
+        return (digests[oid], mode) if _present(oid, mode) else None
+
+    gitlink = GITLINK in (change.old_mode, change.new_mode)
+    coverage = judge_transition(
+        None if gitlink else state(change.old_oid, change.old_mode),
+        None if gitlink else state(change.new_oid, change.new_mode),
+        actions,
+        gitlink=gitlink,
+    )
+    reason = coverage.reason
+    if not coverage.covered and not actions and foreign:
+        reason = f"{OTHER_HISTORY} (run {foreign[0].run}: base commit not an ancestor of head)"
     where: dict[str, Any] = {}
-    if action is not None:
-        where = {"run": action.run, "task": action.task, "seq": action.seq}
-    if change.status == "D":
-        if action is not None and action.kind == "artifact.delete":
-            return FileVerdict(
-                change.path, "D", "covered", "deleted by a merged agent task", **where
-            )
-        reason = DELETION_NOT_ATTESTED
-        if action is not None:
-            reason += " (the bundle's last attested action on this path is a write)"
-        return FileVerdict(change.path, "D", "uncovered", reason, **where)
-    if change.status not in ("A", "M", "T"):
-        return FileVerdict(change.path, change.status, "uncovered", "unsupported change type")
-    if change.new_mode == "160000":
-        return FileVerdict(
-            change.path, change.status, "uncovered", "submodule changes cannot be attested"
-        )
-    if action is None:
-        return FileVerdict(change.path, change.status, "uncovered", NO_RECEIPT)
-    if action.kind == "artifact.delete":
-        return FileVerdict(
-            change.path,
-            change.status,
-            "uncovered",
-            NO_RECEIPT + " (the bundle's last attested action on this path deletes it)",
-            **where,
-        )
-    if digest is not None and action.sha256 == digest:
-        return FileVerdict(
-            change.path,
-            change.status,
-            "covered",
-            f"sha256 {digest[:12]}… matches the final write of task {action.task}",
-            **where,
-        )
-    return FileVerdict(change.path, change.status, "uncovered", CONTENT_DIFFERS, **where)
+    if coverage.evidence is not None:
+        evidence = coverage.evidence
+        where = {"run": evidence.run, "task": evidence.task, "seq": evidence.seq}
+    verdict: Verdict = "covered" if coverage.covered else "uncovered"
+    return FileVerdict(change.path, change.status, verdict, reason, **where)
 
 
 def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) -> GateReport:
@@ -293,20 +335,23 @@ def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) 
         return report
     run_ids = sorted({store.run for store in verified.stores})
     try:
-        actions = attested_actions(bundle, run_ids)
+        history = bundle_history(bundle, run_ids)
     except (ArchiveError, VerificationError, OSError) as exc:  # changed since it was verified
         report.bundle_status = Status.UNREADABLE
         report.reason = f"bundle unreadable on second pass: {exc}"
         return report
-    blobs = [
-        c.new_oid
-        for c in changes
-        if c.status != "D" and c.new_mode != "160000" and set(c.new_oid) != _NULL_OID
-    ]
-    digests = _blob_digests(repo, sorted(set(blobs)))
-    report.files = [
-        _judge(change, digests.get(change.new_oid), actions.get(change.path)) for change in changes
-    ]
+    in_history = _runs_in_history(repo, head_id, history)
+    oids = sorted(
+        {c.old_oid for c in changes if _present(c.old_oid, c.old_mode)}
+        | {c.new_oid for c in changes if _present(c.new_oid, c.new_mode)}
+    )
+    digests = blob_digests(repo, oids)
+    report.files = []
+    for change in changes:
+        path_actions = history.actions.get(change.path, [])
+        ours = [action for action in path_actions if action.run in in_history]
+        foreign = [action for action in path_actions if action.run not in in_history]
+        report.files.append(_judge(change, digests, ours, foreign))
     uncovered = report.uncovered
     report.passed = not uncovered
     if uncovered:
@@ -319,4 +364,3 @@ def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) 
             f"{verified.signer_key_id} (pinned by {verified.trusted_by})"
         )
     return report
-

@@ -26,6 +26,8 @@ class FinalArtifact:
     model: str | None
     writes: int
     """How many artifact.write records this path has in the run."""
+    mode: str
+    """Git file mode of the write ("100644", "100755", "120000", "160000")."""
 
 
 class FinalArtifacts:
@@ -56,6 +58,7 @@ class FinalArtifacts:
                 body["step"],
                 body["model"],
                 writes,
+                body["mode"],
             )
         elif kind == "artifact.delete":
             self._latest.pop(body["path"], None)

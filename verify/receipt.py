@@ -5,12 +5,21 @@ A receipt (docs/spec/receipts.md, schemas/artifact-receipt.schema.json) is canon
     {"format": "harness-verify/artifact-receipt", "v": 1,
      "run": "<run id>", "leaf_index": N, "tree_size": M, "audit_path": ["<hex>", ...],
      "record": "<the lineage record line>", "checkpoint": "<signed checkpoint note>",
-     "signer": "<verifier key>", "cose": "<base64 RFC 9942 COSE receipt>"}
+     "signer": "<verifier key>", "cose": "<base64 RFC 9942 COSE receipt>",
+     "final": "<signed note: this record is a final artifact of the run>"}
 
 Verification binds every link: artifact bytes -> SHA-256 in the record's body -> the record is
 leaf ``leaf_index`` (its seq) -> the RFC 6962 audit path leads to the root of the checkpoint ->
 the checkpoint is signed by the signer and names this run's lineage log with ``tree_size``
-records -> the COSE receipt carries the same proof, under the same key, over the same root.
+records -> the COSE receipt carries the same proof, under the same key, over the same root ->
+the ``final`` note, signed by the same key, names this run, this seq and the SHA-256 of this
+record line.
+
+Inclusion alone proves only that the write was *recorded*, and anyone can mint such a receipt
+from a bundle's public data for any leaf, including the write of a task that failed its gates.
+What a receipt certifies is finality: the operator's harness signs the ``final`` note only for
+the latest write of a path by a task whose change was merged (``lineage.FinalArtifacts``), at
+export time. A verifier accepts a receipt only with that signature (issue 9 §2).
 """
 
 from __future__ import annotations
@@ -35,11 +44,22 @@ from .records import HEX64_RE, RUN_ID_RE, Record, parse_record_line
 from .storecheck import checkpoint_origin
 
 RECEIPT_FORMAT: Final = "harness-verify/artifact-receipt"
-RECEIPT_VERSION: Final = 1
+RECEIPT_VERSION: Final = 2
 RECEIPT_MEMBERS: Final = frozenset(
     {"format", "v", "run", "leaf_index", "tree_size", "audit_path", "record", "checkpoint",
-     "signer", "cose"}
+     "signer", "cose", "final"}
 )  # fmt: skip
+FINAL_ORIGIN_SUFFIX: Final = "final-artifact"
+
+
+def final_note_text(run_id: str, seq: int, record_line: bytes) -> str:
+    """The text of the note that declares lineage record ``seq`` of ``run_id`` a final
+    artifact: origin ``harness-verify/v1/<run>/final-artifact``, the seq, the record line's
+    SHA-256 (hex). Writer and verifier share this one definition."""
+    digest = hashlib.sha256(record_line).hexdigest()
+    return f"harness-verify/v1/{run_id}/{FINAL_ORIGIN_SUFFIX}\n{seq}\n{digest}\n"
+
+
 MAX_RECEIPT_BYTES: Final = 4 << 20
 
 
@@ -52,6 +72,8 @@ class VerifiedReceipt:
     run: str
     path: str
     sha256: str
+    mode: str
+    """Git file mode the record attests ("100644", "100755", "120000" symlink, "160000")."""
     leaf_index: int
     tree_size: int
     root: bytes
@@ -78,7 +100,7 @@ def parse_receipt(data: bytes) -> dict[str, Any]:
         raise ReceiptError(f"receipt members must be {sorted(RECEIPT_MEMBERS)}, found {found}")
     if obj["format"] != RECEIPT_FORMAT or obj["v"] != RECEIPT_VERSION:
         raise ReceiptError(f"unsupported receipt format {obj['format']!r} version {obj['v']!r}")
-    for name in ("run", "record", "checkpoint", "signer", "cose"):
+    for name in ("run", "record", "checkpoint", "signer", "cose", "final"):
         _field(obj, name, str)
     for name in ("leaf_index", "tree_size"):
         if _field(obj, name, int) < 0:
@@ -153,10 +175,21 @@ def verify_receipt(data: bytes, *, signer: str | None = None) -> VerifiedReceipt
         raise ReceiptError("COSE receipt proves something else than the JSON proof")
     if cose_receipt.kid != bytes.fromhex(signer_id):
         raise ReceiptError("COSE receipt kid is not the signer's key id")
+    try:
+        final = open_note_signed_once(obj["final"].encode("utf-8"), [obj["signer"]])
+    except VerificationError as exc:
+        raise ReceiptError(
+            f"receipt is not signed as a final artifact (a write of a merged task): {exc}"
+        ) from None
+    if final.text != final_note_text(run_id, record.seq, line):
+        raise ReceiptError(
+            "the signed final-artifact note names another record than this receipt's"
+        )
     return VerifiedReceipt(
         run=run_id,
         path=str(record.body["path"]),
         sha256=str(record.body["sha256"]),
+        mode=str(record.body["mode"]),
         leaf_index=obj["leaf_index"],
         tree_size=obj["tree_size"],
         root=checkpoint.root_hash,
@@ -167,13 +200,20 @@ def verify_receipt(data: bytes, *, signer: str | None = None) -> VerifiedReceipt
     )
 
 
-def check_artifact(receipt: VerifiedReceipt, content: bytes, name: str) -> None:
-    """The artifact's bytes and name must be the ones the receipt's record attests."""
+def check_artifact(
+    receipt: VerifiedReceipt, content: bytes, name: str, mode: str | None = None
+) -> None:
+    """The artifact's bytes, git mode (when known) and name must be the ones the receipt's
+    record attests."""
     digest = hashlib.sha256(content).hexdigest()
     if not hmac.compare_digest(digest, receipt.sha256):
         raise ReceiptError(
             f"artifact {name!r} has SHA-256 {digest[:16]}…, the receipt attests "
             f"{receipt.sha256[:16]}… (file changed after the agent wrote it)"
+        )
+    if mode is not None and mode != receipt.mode:
+        raise ReceiptError(
+            f"artifact {name!r} has git mode {mode}, the receipt attests {receipt.mode}"
         )
     if name != receipt.path:
         raise ReceiptError(f"receipt is for {receipt.path!r}, not {name!r}")

@@ -6,6 +6,8 @@ bundle verifier's: verified (0), invalid (1), verified-untrusted (3), unreadable
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -86,6 +88,19 @@ def _read(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
+def _read_artifact(path: Path) -> tuple[bytes, str]:
+    """The artifact's content and git mode as git would record them: a symbolic link is its
+    target text (mode 120000, never followed), a regular file is 100755 if its owner may
+    execute it, else 100644."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return os.fsencode(os.readlink(path)), "120000"
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"artifact {path} is not a regular file or a symbolic link")
+    mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
+    return _read(path, MAX_ARTIFACT_BYTES, "artifact"), mode
+
+
 def check_receipt_file(
     receipt: Path, artifact: Path, name: str, pins: TrustPolicy
 ) -> ReceiptOutcome:
@@ -93,7 +108,7 @@ def check_receipt_file(
     outcome = ReceiptOutcome(str(receipt), str(artifact), name)
     try:
         receipt_bytes = _read(receipt, MAX_RECEIPT_BYTES, "receipt")
-        content = _read(artifact, MAX_ARTIFACT_BYTES, "artifact")
+        content, mode = _read_artifact(artifact)
     except OSError as exc:
         outcome.status, outcome.reason = Status.UNREADABLE, str(exc)
         return outcome
@@ -106,8 +121,14 @@ def check_receipt_file(
             "tree_size": verified.tree_size,
             "root": verified.root.hex(),
             "sha256": verified.sha256,
+            "mode": verified.mode,
+            "certifies": (
+                f"{verified.path} (sha256 {verified.sha256}, mode {verified.mode}) is the final "
+                f"write of its path in run {verified.run}, by a task whose change was merged, "
+                f"as signed by key {verified.signer_key_id}"
+            ),
         }
-        check_artifact(verified, content, name)
+        check_artifact(verified, content, name, mode)
     except VerificationError as exc:
         outcome.status, outcome.reason = Status.INVALID, str(exc)
         return outcome
