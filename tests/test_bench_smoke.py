@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["scheduler.py", "--tasks", "300"],
         ["runtime.py", "--tasks", "3"],
         ["crash_stress.py", "--rounds", "5"],
+        ["gate.py", "--size-mib", "1"],
     ],
     ids=lambda args: args[0],
 )
