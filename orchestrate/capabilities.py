@@ -16,7 +16,7 @@ unknown tool can never complete a chain silently. The decision itself is the ver
 (``harness.verify.rules.trifecta``): the runtime records the effective matrix in ``run.start``
 and the verifier re-decides every task from it.
 
-An adapter's tags are lowered only by its sandbox (decision 0016): ``external_comm`` is dropped
+An adapter's tags are lowered only by its sandbox (decision 0018): ``external_comm`` is dropped
 when the agent's recorded sandbox profile has no network, ``private_data`` when it has no
 private mounts (the operator's home, the state folder, the keys). A configuration file may add
 tags to an adapter but never drop one the built-in matrix gives it (for an unknown adapter:
@@ -203,7 +203,7 @@ def parse_capabilities(
                     raise CapabilityError(
                         f"{key}.tags",
                         f"cannot drop {', '.join(dropped)} from an adapter: only the recorded "
-                        "sandbox lowers an adapter's risks (decision 0016)",
+                        "sandbox lowers an adapter's risks (decision 0018)",
                     )
             merged[section][str(name)] = tags
     return CapabilityMatrix(tools=merged["tools"], adapters=merged["adapters"], mcp=merged["mcp"])

@@ -93,7 +93,7 @@ BWRAP_OFFLINE = {"kind": "bwrap", "network": False, "private_mounts": False, "op
 def test_real_cli_adapter_denied_unless_its_sandbox_rules_risks_out() -> None:
     denial = check_task(task(adapter="claude"), DEFAULT_MATRIX)
     assert denial is not None and denial.tools == ("adapter:claude",)
-    # configuration cannot talk the risks away (decision 0016) ...
+    # configuration cannot talk the risks away (decision 0018) ...
     with pytest.raises(CapabilityError, match=r"adapters.claude.tags: cannot drop external_comm"):
         parse_capabilities({"adapters": {"claude": {"tags": ["untrusted_input"]}}})
     # ... only a sandbox that physically rules them out does

@@ -6,7 +6,7 @@ attacker-controllable content into the agent) and ``external_comm`` (it can send
 A name the matrix does not list has all three. The task is **denied iff the union of the
 chain's tags holds all three**.
 
-Tags are lowered only by physics, never by say-so (decision 0016, replacing 0014): the
+Tags are lowered only by physics, never by say-so (decision 0018, replacing 0014): the
 *adapter's* ``external_comm`` is dropped only when the sandbox profile the agent runs in has
 ``network`` false, and its ``private_data`` only when the profile has ``private_mounts``
 false; a profile whose ``kind`` is missing or ``"none"`` (no sandbox), or an absent profile,
