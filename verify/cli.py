@@ -79,13 +79,15 @@ def _read_hmac_key(path: Path) -> bytes:
         with path.open("rb") as handle:
             text = handle.read(4097)
     except OSError as exc:
-        raise typer.BadParameter(f"cannot read {path}: {exc.strerror}") from None
+        raise typer.BadParameter(f"cannot read {textsafe.text(path)}: {exc.strerror}") from None
     try:
         key = bytes.fromhex(text.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
-        raise typer.BadParameter(f"{path} does not hold a hex HMAC key") from None
+        raise typer.BadParameter(f"{textsafe.text(path)} does not hold a hex HMAC key") from None
     if len(key) < 32:
-        raise typer.BadParameter(f"{path}: HMAC key is {len(key)} bytes, need at least 32")
+        raise typer.BadParameter(
+            f"{textsafe.text(path)}: HMAC key is {len(key)} bytes, need at least 32"
+        )
     return key
 
 
@@ -98,7 +100,7 @@ def _write_or_exit(path: Path, document: str, *, append: bool = False) -> None:
             append_summary(path, document)
         else:
             write_report(path, document)
-    except OutputError as exc:
+    except OutputError as exc:  # its message shows the path in display form already
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
 
@@ -155,7 +157,7 @@ def bundle_command(
     try:
         pins = resolve_policy(trusted_key or [], policy, Path.cwd())
     except PolicyError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     master = _read_hmac_key(hmac_key) if hmac_key is not None else None
     progress = _Progress(enabled=not quiet)
@@ -193,7 +195,7 @@ def receipt_command(
     try:
         pins = resolve_policy(trusted_key or [], policy, Path.cwd())
     except PolicyError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     wanted = name if name is not None else artifact.as_posix().removeprefix("./")
     outcome = check_receipt_file(receipt, artifact, wanted, pins)
@@ -254,12 +256,12 @@ def gate_command(
     try:
         pins = resolve_policy(trusted_key or [], policy, where if repo is not None else cwd)
     except PolicyError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     try:
         report = run_gate(where, base, head, bundle, pins)
     except GateUsageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     document = render_gate(report, fmt.value)
     if summary is not None:
