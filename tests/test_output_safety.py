@@ -443,3 +443,17 @@ def test_output_replaces_and_summary_appends(demo: DemoResult, tmp_path: Path) -
     out = _cli(tmp_path, "bundle", str(demo.bundle), "--trusted-key", demo.key_id, "-o", str(fresh))
     assert out.returncode == 2
     assert b"cannot write the report" in out.stderr
+
+
+def test_error_messages_show_paths_escaped(tmp_path: Path) -> None:
+    """A usage error naming a hostile path is one line that starts with ``error:``."""
+    hostile = os.path.join(os.fsencode(tmp_path), b"p\xe9\n::error::forged")
+    for args in (
+        ("bundle", str(tmp_path / "b.tar"), "--policy", hostile),
+        ("bundle", str(tmp_path / "b.tar"), "--hmac-key", hostile),
+        ("receipt", str(tmp_path / "r.json"), "--artifact", "a", "--policy", hostile),
+    ):
+        out = _cli(tmp_path, *args)
+        assert out.returncode == 2, out.stderr
+        text = _assert_safe_lines(out.stderr, "stderr")
+        assert "p\\xe9\\x0a\\x3a:error\\x3a:forged" in re.sub(r"[\s│]", "", text)
