@@ -3,7 +3,7 @@
 ``profile`` is the recordable value (what a process could see and reach), ``build`` decides
 the profile of each role, ``bwrap`` probes support and turns a profile into a command line,
 ``env`` is the allow-listed environment, ``spawn`` ties them to a run's batch folders. See
-docs/spec/runtime.md §14 and decision 0016.
+docs/spec/runtime.md §14 and decision 0017.
 """
 
 from __future__ import annotations
