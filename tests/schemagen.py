@@ -19,6 +19,8 @@ SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "record.schema.j
 HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 STRING = {"type": "string", "minLength": 1}
 SAFE = 9007199254740991
+TIME_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z$"
+COMMIT = {"type": "string", "pattern": "^([0-9a-f]{40}|[0-9a-f]{64})$"}
 
 
 def _checkers() -> dict[Any, dict[str, Any]]:
@@ -36,6 +38,16 @@ def _checkers() -> dict[Any, dict[str, Any]]:
         r._hex64_list: {"type": "array", "items": HEX64},
         r._task_state: {"enum": [state.value for state in TaskState]},
         r._object: {"type": "object"},
+        r._git_mode: {"enum": list(r.GIT_MODES)},
+        r._opt_git_mode: {"oneOf": [{"type": "null"}, {"enum": list(r.GIT_MODES)}]},
+        r._opt_object: {"oneOf": [{"type": "null"}, {"type": "object"}]},
+        r._time: {"type": "string", "pattern": TIME_PATTERN},
+        r._commit: COMMIT,
+        r._commit_list: {"type": "array", "items": COMMIT, "minItems": 1, "uniqueItems": True},
+        r._action_list: {
+            "type": "array",
+            "items": {"type": "array", "items": STRING, "minItems": 2, "maxItems": 2},
+        },
     }
 
 
@@ -67,7 +79,7 @@ def record_schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://harness-verify.invalid/schemas/record.schema.json",
-        "title": "harness-verify store record, version 1",
+        "title": f"harness-verify store record, version {r.RECORD_VERSION}",
         "description": "One line of a store (lineage, audit, replay, control): the RFC 8785 "
         "canonical encoding of this object, then LF. Integers only (no floats), within "
         "+-(2^53-1). Generated from harness.verify.records.BODY_SPECS by tests/schemagen.py. "
@@ -76,7 +88,7 @@ def record_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "required": sorted(r.ENVELOPE_KEYS),
         "properties": {
-            "v": {"const": 1},
+            "v": {"const": r.RECORD_VERSION},
             "store": {"enum": list(r.STORES)},
             "run": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"},
             "seq": {"type": "integer", "minimum": 0, "maximum": SAFE},

@@ -32,6 +32,7 @@ from harness.receipts.run import RunRecorder
 from harness.verify.canonical import canonical_bytes, parse_canonical
 from harness.verify.chain import derive_store_key
 from harness.verify.records import STORES, parse_record_line
+from harness.verify.rules import trifecta
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "schemas" / "eu-ai-act-report.schema.json"
@@ -349,17 +350,46 @@ def test_html_is_self_contained(pack: Path) -> None:
 
 
 def _hostile_state(tmp_path: Path) -> tuple[Path, OperatorKeys]:
+    """A runtime-shaped run (format 2: run.start binds a plan member) whose task id and
+    operator name are hostile markup; its denial is the trifecta rule's own."""
     state = tmp_path / "state"
     keys = init_keys(state / "keys", allow_tracked=True)
+    tools = ["secrets", "web"]
+    plan = canonical_bytes(
+        {
+            "format": "harness-verify/plan",
+            "version": 1,
+            "name": "p",
+            "capsule": None,
+            "tasks": [
+                {"id": HOSTILE, "role": "coder", "priority": 1, "depends": [],
+                 "adapter": "scripted", "tools": tools, "scope": ["**"]}
+            ],
+        }
+    )  # fmt: skip
+    denial = trifecta.decide(trifecta.matrix_from_object(MATRIX), "scripted", tools, None)
     with RunRecorder(state, "hostile", keys) as run:
-        run.record("audit", "run.start", {"plan": "p", "producer": "test"})
+        run.write_plan(plan)
+        start = {
+            "plan": "p",
+            "plan_sha256": hashlib.sha256(plan).hexdigest(),
+            "producer": "test",
+            "harness_version": "0",
+            "base_commit": "1" * 40,
+            "repository_roots": ["1" * 40],
+            "capabilities": MATRIX,
+            "capsule": None,
+            "sandbox": {"kind": "none", "network": True, "private_mounts": True, "opt_out": True},
+        }
+        run.record("audit", "run.start", start)
         planned = {"role": "coder", "priority": 1, "depends": [], "adapter": "scripted"}
-        run.record("audit", "task.planned", {**planned, "task": HOSTILE, "tools": ["web"]})
+        run.record("audit", "task.planned", {**planned, "task": HOSTILE, "tools": tools})
         run.record(
             "audit",
             "capability.denied",
-            {"task": HOSTILE, "tools": ["web"], "tags": ["external_comm"], "reason": HOSTILE},
-        )
+            {"task": HOSTILE, "tools": list(denial.chain), "tags": list(denial.tags),
+             "reason": denial.reason, "sandbox": None},
+        )  # fmt: skip
         run.record(
             "audit",
             "task.transition",
@@ -368,6 +398,13 @@ def _hostile_state(tmp_path: Path) -> tuple[Path, OperatorKeys]:
         run.record("control", "command", {"operator": HOSTILE, "command": "stop", "args": {}})
         run.record("audit", "run.end", {"outcome": "completed"})
     return state, keys
+
+
+MATRIX = {
+    "adapters": {"scripted": []},
+    "mcp": {},
+    "tools": {"secrets": ["private_data"], "web": ["external_comm", "untrusted_input"]},
+}
 
 
 def test_html_escapes_hostile_task(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def _write(path: str, data: bytes, step: int) -> tuple[str, dict[str, Any]]:
 
 def _record(state: Path, keys: OperatorKeys, run_id: str = "run-1") -> None:
     with RunRecorder(state, run_id, keys) as run:
-        run.record("audit", "run.start", {"plan": "p", "producer": "test"})
+        run.record("audit", "event", {"name": "run.begin", "data": {"plan": "p"}})
         lineage = run.store("lineage")
         lineage.append(*_write("src/app.py", b"print('v1')\n", 0))
         lineage.append(*_write("tmp/scratch.txt", b"x", 1))

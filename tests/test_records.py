@@ -15,6 +15,7 @@ from harness.verify.canonical import canonical_bytes
 from harness.verify.errors import CanonicalEncodingError, SchemaError, VerificationError
 from harness.verify.records import (
     BODY_SPECS,
+    RECORD_VERSION,
     _line_pattern,
     check_envelope,
     parse_record_line,
@@ -26,7 +27,9 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("lineage", "artifact.write"): {
         "path": "src/a.py",
         "sha256": HEX,
+        "mode": "100755",
         "parents": [HEX],
+        "parent_mode": "100644",
         "actor": "agent",
         "task": "t1",
         "step": 0,
@@ -35,12 +38,23 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("lineage", "artifact.delete"): {
         "path": "src/a.py",
         "parents": [HEX],
+        "parent_mode": "100755",
         "actor": "agent",
         "task": "t1",
         "step": 2,
         "model": "m",
     },
-    ("audit", "run.start"): {"producer": "harness 0.1.0", "plan": "plan.yaml"},
+    ("audit", "run.start"): {
+        "producer": "harness 0.1.0",
+        "plan": "plan",
+        "plan_sha256": HEX,
+        "harness_version": "0.1.0",
+        "base_commit": "ab" * 20,
+        "repository_roots": ["ab" * 20, "cd" * 32],
+        "capabilities": {"adapters": {"scripted": []}, "mcp": {}, "tools": {"web": ["x"]}},
+        "capsule": None,
+        "sandbox": {"kind": "bwrap", "network": False, "private_mounts": False, "opt_out": False},
+    },
     ("audit", "run.end"): {"outcome": "succeeded"},
     ("audit", "event"): {"name": "gate.passed", "data": {"task": "t1"}},
     ("replay", "model.call"): {
@@ -95,13 +109,28 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "tools": ["web", "secrets"],
         "tags": ["PRIVATE_DATA", "UNTRUSTED_INPUT", "EXTERNAL_COMM"],
         "reason": "lethal trifecta",
+        "sandbox": None,
     },
     ("audit", "capsule.approved"): {"capsule": HEX, "goal": "fix bug", "expires": "2027-01-01"},
     ("audit", "capsule.check"): {
         "task": "t1",
         "capsule": HEX,
+        "now": "2026-11-30T05:24:23.123456Z",
+        "actions": [["edit", "x"], ["merge", "harness/b1"]],
         "conforms": False,
         "violations": ["wrote outside scope: x"],
+    },
+    ("audit", "gate.integrity"): {
+        "batch": "b1",
+        "tasks": ["t1"],
+        "commit": "ab" * 20,
+        "tree": "cd" * 20,
+        "head": "ef" * 20,
+        "head_tree": "cd" * 20,
+        "clean_before": True,
+        "clean_after": False,
+        "intact": False,
+        "reason": "HEAD moved",
     },
 }
 for _store in BODY_SPECS:
@@ -110,7 +139,7 @@ for _store in BODY_SPECS:
 
 def _record(store: str, kind: str, **changes: Any) -> dict[str, Any]:
     record = {
-        "v": 1,
+        "v": RECORD_VERSION,
         "store": store,
         "run": "run-1",
         "seq": 0,
@@ -175,7 +204,8 @@ def _mutations() -> list[tuple[str, dict[str, Any]]]:
         cases.append((f"{store}:{kind}:body-extra", extra_body))
     base = _record("audit", "event")
     for name, value in [
-        ("v", 2),
+        ("v", 1),
+        ("v", 3),
         ("v", True),
         ("store", "other"),
         ("run", ""),

@@ -169,7 +169,7 @@ CONTENT = b"def answer():\n    return 42\n"
 def _record_state(state: Path) -> None:
     """A run whose lineage store writes src/answer.py with CONTENT (and the audit records)."""
     with RunRecorder(state, "run-7", KEYS) as run:
-        run.record("audit", "run.start", {"plan": "plan.yaml", "producer": "test"})
+        run.record("audit", "event", {"name": "run.begin", "data": {"plan": "plan.yaml"}})
         run.record(
             "lineage",
             "artifact.write",

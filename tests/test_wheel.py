@@ -72,7 +72,7 @@ def test_fresh_venv_install_verifies_a_bundle(wheel: Path, tmp_path: Path) -> No
     keys = make_keys()
     state = tmp_path / "state"
     with RunRecorder(state, "wheel-run", keys) as run:
-        run.record("audit", "run.start", {"plan": "p", "producer": "test"})
+        run.record("audit", "event", {"name": "run.begin", "data": {"plan": "p"}})
         run.record("audit", "run.end", {"outcome": "succeeded"})
     bundle = export_bundle(state, tmp_path / "bundle.tar", keys).path
 

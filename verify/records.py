@@ -3,7 +3,7 @@
 A store line is the RFC 8785 canonical encoding of one JSON object followed by ``\\n``:
 
     {"body":{...},"kind":"...","mac":"<64 hex>","run":"<run id>","seq":N,"store":"audit",
-     "time":"2026-11-30T05:24:23.123456Z","v":1}
+     "time":"2026-11-30T05:24:23.123456Z","v":2}
 
 Exactly these eight members, no others (docs/spec/records.md, schemas/record.schema.json).
 The check here is hand-written rather than a JSON Schema validator because the verifier runs
@@ -22,7 +22,7 @@ from .canonical import check_json_types, decode_canonical
 from .errors import CanonicalEncodingError, SchemaError
 from .fsm import TaskState
 
-RECORD_VERSION: Final = 1
+RECORD_VERSION: Final = 2
 STORES: Final = ("lineage", "audit", "replay", "control")
 MAC_HEX_LEN: Final = 64
 MAX_LINE_BYTES: Final = 1 << 20
@@ -33,6 +33,7 @@ RUN_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 KIND_RE: Final = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
 TIME_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
+COMMIT_RE: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAC_MEMBER: Final = b',"mac":"'
 
 
@@ -113,6 +114,49 @@ def _object(value: Any) -> str | None:
     return None
 
 
+def _opt_object(value: Any) -> str | None:
+    return None if value is None else _object(value)
+
+
+def _time(value: Any) -> str | None:
+    ok = type(value) is str and TIME_RE.fullmatch(value)
+    return None if ok else "a time YYYY-MM-DDTHH:MM:SS.ffffffZ"
+
+
+def _commit(value: Any) -> str | None:
+    ok = type(value) is str and COMMIT_RE.fullmatch(value)
+    return None if ok else "a git object id (40 or 64 lowercase hex digits)"
+
+
+def _commit_list(value: Any) -> str | None:
+    if type(value) is not list or not value or any(_commit(item) for item in value):
+        return "a non-empty list of git object ids"
+    if value != sorted(set(value)):
+        return "a sorted list of distinct git object ids"
+    return None
+
+
+def _action_list(value: Any) -> str | None:
+    if type(value) is not list or any(
+        type(item) is not list or len(item) != 2 or any(_str(part) for part in item)
+        for item in value
+    ):
+        return "a list of [class, target] pairs of non-empty strings"
+    return None
+
+
+GIT_MODES: Final = ("100644", "100755", "120000", "160000")
+"""Git file modes a lineage record may carry: regular, executable, symlink, gitlink."""
+
+
+def _git_mode(value: Any) -> str | None:
+    return None if type(value) is str and value in GIT_MODES else "a git file mode"
+
+
+def _opt_git_mode(value: Any) -> str | None:
+    return None if value is None else _git_mode(value)
+
+
 BodySpec = Mapping[str, tuple[bool, Checker]]
 _TASK_STATES: Final = frozenset(state.value for state in TaskState)
 
@@ -128,7 +172,9 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         "artifact.write": {
             "path": (True, _str),
             "sha256": (True, _hex64),
+            "mode": (True, _git_mode),
             "parents": (True, _hex64_list),
+            "parent_mode": (True, _opt_git_mode),
             "actor": (True, _str),
             "task": (True, _str),
             "step": (True, _nat),
@@ -137,6 +183,7 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         "artifact.delete": {
             "path": (True, _str),
             "parents": (True, _hex64_list),
+            "parent_mode": (True, _opt_git_mode),
             "actor": (True, _str),
             "task": (True, _str),
             "step": (True, _nat),
@@ -145,7 +192,17 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         "store.recovered": QUARANTINE_BODY,
     },
     "audit": {
-        "run.start": {"plan": (True, _str), "producer": (True, _str)},
+        "run.start": {
+            "plan": (True, _str),
+            "plan_sha256": (True, _hex64),
+            "producer": (True, _str),
+            "harness_version": (True, _str),
+            "base_commit": (True, _commit),
+            "repository_roots": (True, _commit_list),
+            "capabilities": (True, _object),
+            "capsule": (True, _opt_object),
+            "sandbox": (True, _object),
+        },
         "run.end": {"outcome": (True, _str)},
         "event": {"name": (True, _str), "data": (True, _object)},
         "task.planned": {
@@ -175,6 +232,8 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "branch": (True, _str),
             "worktree": (True, _str),
             "timeout_ms": (True, _nat),
+            "sandbox": (True, _object),
+            "env": (True, _str_list),
         },
         "agent.exit": {
             "batch": (True, _str),
@@ -202,6 +261,7 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "tools": (True, _str_list),
             "tags": (True, _str_list),
             "reason": (True, _str),
+            "sandbox": (True, _opt_object),
         },
         "capsule.approved": {
             "capsule": (True, _hex64),
@@ -211,8 +271,22 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         "capsule.check": {
             "task": (True, _str),
             "capsule": (True, _hex64),
+            "now": (True, _time),
+            "actions": (True, _action_list),
             "conforms": (True, _bool),
             "violations": (True, _str_list),
+        },
+        "gate.integrity": {
+            "batch": (True, _str),
+            "tasks": (True, _str_list),
+            "commit": (True, _commit),
+            "tree": (True, _commit),
+            "head": (True, _commit),
+            "head_tree": (True, _commit),
+            "clean_before": (True, _bool),
+            "clean_after": (True, _bool),
+            "intact": (True, _bool),
+            "reason": (True, _str),
         },
         "store.recovered": QUARANTINE_BODY,
     },
@@ -327,6 +401,13 @@ _PATTERNS: Final[dict[Checker, bytes]] = {
     _nat: rb"(?:0|[1-9][0-9]*)",
     _hex64_list: rb"\[(?:" + _HEX64 + rb"(?:," + _HEX64 + rb")*)?\]",
     _object: rb"\{.*\}",
+    _git_mode: rb'"(?:100644|100755|120000|160000)"',
+    _opt_git_mode: rb'(?:null|"(?:100644|100755|120000|160000)")',
+    _opt_object: rb"(?:null|\{.*\})",
+    _time: rb'"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z"',
+    _commit: rb'"(?:[0-9a-f]{40}|[0-9a-f]{64})"',
+    _commit_list: rb'\[.*?\]',
+    _action_list: rb"\[.*?\]",
 }
 
 
@@ -354,14 +435,20 @@ def _line_pattern(store: str, run: str) -> re.Pattern[bytes]:
         + re.escape(run.encode())
         + rb'","seq":(?:0|[1-9][0-9]*),"store":"'
         + store.encode()
-        + rb'","time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z","v":1\}',
+        + rb'","time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z","v":'
+        + str(RECORD_VERSION).encode()
+        + rb"\}",
         re.DOTALL,
     )
 
 
+_WALKED: Final = frozenset({_object, _opt_object, _commit_list, _action_list})
+"""Checkers whose fast-path pattern is loose: kinds using them also get ``check_body``."""
 _FREE_FORM_KINDS: Final = {
     store: frozenset(
-        kind for kind, spec in kinds.items() if any(c is _object for _, c in spec.values())
+        kind
+        for kind, spec in kinds.items()
+        if any(c in _WALKED for _, c in spec.values())
     )
     for store, kinds in BODY_SPECS.items()
 }
