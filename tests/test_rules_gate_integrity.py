@@ -154,3 +154,57 @@ def test_harmless_gate_merges_exactly_the_agents_commit(tmp_path: Path) -> None:
         check=True,
     ).stdout.split()
     assert check["commit"] in merged_parents  # the lineage's commit, by id (or fast-forward)
+
+
+def test_capsule_run_end_to_end_is_re_decided_by_the_verifier(tmp_path: Path) -> None:
+    """A real run under a capsule: every check is recorded with its inputs, the conforming task
+    merges, the drifting one fails before its gates, and the verifier agrees with each."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = make_keys()
+    gate = {"name": "ok", "command": [sys.executable, "-c", "pass"]}
+    plan = {
+        "plan": {"name": "p", "settle_ticks": 1, "max_batch": 1},
+        "capsule": {
+            "goal": "notes",
+            "actions": ["edit", "gate", "merge"],
+            "scope": ["src/**"],
+            "expires": "2030-01-01T00:00:00.000000Z",
+        },
+        "task": [
+            {"id": "t1", "role": "coder", "prompt": "p", "scope": ["src/**"], "gates": [gate],
+             "edits": [{"path": "src/n.md", "content": "ok\n"}]},
+            {"id": "t2", "role": "coder", "prompt": "p", "gates": [gate],
+             "edits": [{"path": "docs/x.md", "content": "drift\n"}]},
+        ],
+    }  # fmt: skip
+    summary = Runtime(
+        repo=repo,
+        plan=parse_plan(plan),
+        state_dir=repo / ".harness",
+        keys=keys,
+        run_id="r1",
+        clock=LogicalClock(),
+        capabilities=DEFAULT_MATRIX,
+        git_date=DATE,
+        sandbox=Settings(opt_out=True),
+    ).run()
+    assert summary.states == {"t1": TaskState.DONE, "t2": TaskState.FAILED}
+    audit = [
+        parse_canonical(line)
+        for line in (repo / ".harness/runs/r1/audit.jsonl").read_bytes().splitlines()
+    ]
+    checks = [r["body"] for r in audit if r["kind"] == "capsule.check"]
+    t1 = [c for c in checks if c["task"] == "t1"]
+    assert [c["actions"] for c in t1] == [
+        [],
+        [],
+        [["edit", "src/n.md"], ["gate", "ok"], ["merge", "harness/r1/b0001"]],
+    ]
+    assert all(c["conforms"] for c in t1)
+    (t2_last,) = [c for c in checks if c["task"] == "t2"][-1:]
+    assert not t2_last["conforms"] and t2_last["violations"][0].startswith("scope: edit")
+    assert not any(r["kind"] == "gate.result" and r["body"]["task"] == "t2" for r in audit)
+    bundle = export_bundle(repo / ".harness", tmp_path / "bundle.tar", keys).path
+    report = verify_bundle(bundle, pins=TrustPolicy(frozenset({keys.key_id}), "t"))
+    assert report.status.value == "verified", report.failure
