@@ -16,6 +16,7 @@ so nothing is duplicated and nothing acknowledged is lost.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,17 +28,27 @@ from harness.receipts.run import RunRecorder, run_dir
 from harness.verify.canonical import parse_canonical
 from harness.verify.fsm import TaskState, is_legal
 from harness.verify.records import parse_record_line
+from harness.verify.rules.integrity import WorktreeState, violation
+from harness.verify.rules.scope import in_scope
 
 from . import git
-from .adapters import get_adapter
+from .adapters import CommandAdapter, get_adapter
 from .adapters.base import AgentRequest
-from .capabilities import CapabilityMatrix, check_task
-from .capsule import capsule_digest, conformance, pre_spawn_violations
+from .capabilities import CapabilityMatrix, Denial, check_task, matrix_object
+from .capsule import capsule_digest, capsule_document, conformance, pre_spawn_violations
 from .gates import run_gates
 from .model import Batch, Plan, TaskSpec
-from .plan import in_scope
+from .plandoc import plan_bytes, plan_sha256
 from .proc import run_process
 from .replay import Journal, call_key, text_sha256
+from .sandbox import BatchDirs, Sandbox, Settings, default_work_root
+from .sandbox.policy import (
+    adapter_env_names,
+    adapter_stdin,
+    argv_files,
+    batch_network,
+    check_sandboxed,
+)
 from .scheduler import TaskTable, choose_batches, is_quiescent, promotions
 from .scripted_agent import write_scripted_workfile
 
@@ -73,6 +84,9 @@ class Runtime:
         journal: Journal | None = None,
         grace_s: float = 2.0,
         git_date: str | None = None,
+        sandbox: Settings | None = None,
+        work_root: Path | None = None,
+        keys_dir: Path | None = None,
     ) -> None:
         self.repo = repo
         self.plan = plan
@@ -86,7 +100,12 @@ class Runtime:
         self.grace_s = grace_s
         self.git_date = git_date
         self.folder = run_dir(state_dir, run_id)
-        self.work = self.folder / "work"
+        # Worktrees live outside the state folder (decision 0017): an agent walking up from
+        # its working directory finds neither the stores nor the keys.
+        self.work = (work_root or default_work_root(repo)) / run_id
+        self.sandbox = Sandbox.for_run(
+            sandbox or Settings(), repo=repo, state_dir=state_dir, keys_dir=keys_dir
+        )
         self.recorder = RunRecorder(state_dir, run_id, keys, clock=clock)
         self.states: dict[str, TaskState] = {}
         self.table = TaskTable.from_plan(plan)
@@ -96,6 +115,11 @@ class Runtime:
         self.control_seen = 0
         self._pending: list[tuple[str, Mapping[str, Any]]] = []
         self.merged: list[str] = []
+        self._prechecked: set[str] = set()
+        """Tasks whose promotion-time capsule check is recorded (not repeated every tick)."""
+        self.run_profile: Mapping[str, Any] | None = None
+        """The run's default sandbox profile as ``run.start`` records it: promotion-time
+        trifecta decisions use it (the verifier re-decides them with the same record)."""
 
     # ---- records --------------------------------------------------------------------------
     def audit(self, kind: str, body: Mapping[str, Any]) -> None:
@@ -149,7 +173,10 @@ class Runtime:
         for line in path.read_bytes().splitlines():
             record = parse_record_line(line, "audit", self.run_id)
             body = record.body
-            if record.kind == "task.planned":
+            if record.kind == "run.start":
+                sandbox = body.get("sandbox")
+                self.run_profile = sandbox if isinstance(sandbox, Mapping) else None
+            elif record.kind == "task.planned":
                 self._set(str(body["task"]), S.PLANNED)
             elif record.kind == "task.transition":
                 self._set(str(body["task"]), S(str(body["to"])))
@@ -170,7 +197,8 @@ class Runtime:
                 self.move(task, S.FAILED, "resumed after a runtime crash during its batch")
         if self.work.exists():
             for leftover in sorted(self.work.iterdir()):
-                git.remove_worktree(self.repo, leftover, force=True)
+                git.remove_worktree(self.repo, BatchDirs(leftover).tree, force=True)
+                shutil.rmtree(leftover, ignore_errors=True)
         return True
 
     def _merged_before_crash(self, task: str, branch: str) -> bool:
@@ -193,7 +221,7 @@ class Runtime:
         return True
 
     def _start(self) -> None:
-        self.audit("run.start", {"plan": self.plan.name, "producer": f"harness {__version__}"})
+        self.audit("run.start", self._run_start_body())
         if self.plan.capsule is not None:
             self.audit(
                 "capsule.approved",
@@ -217,9 +245,32 @@ class Runtime:
             )
             self._set(task.id, S.PLANNED)
 
+    def _run_start_body(self) -> dict[str, Any]:
+        """Everything the run's decisions depend on (format 2, docs/spec/records.md): the plan
+        document (stored first, bound by digest), the effective capability matrix, the full
+        capsule, the harness version and the repository identity."""
+        document = plan_bytes(self.plan)
+        self.recorder.write_plan(document)
+        base = git.head(self.repo)
+        body: dict[str, Any] = {
+            "plan": self.plan.name,
+            "plan_sha256": plan_sha256(document),
+            "producer": f"harness {__version__}",
+            "harness_version": __version__,
+            "base_commit": base,
+            "repository_roots": git.root_commits(self.repo, base),
+            "capabilities": matrix_object(self.capabilities),
+            "capsule": capsule_document(self.plan.capsule) if self.plan.capsule else None,
+            "sandbox": self.sandbox.run_profile(self.work),
+        }
+        sandbox = body.get("sandbox")
+        self.run_profile = sandbox if isinstance(sandbox, Mapping) else None
+        return body
+
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> RunSummary:
         try:
+            check_sandboxed(self.plan, self.sandbox)
             if not self._resume():
                 self._start()
             self.flush()
@@ -266,28 +317,59 @@ class Runtime:
         for task_id, state in sorted(self.states.items()):
             if state is not S.PLANNED:
                 continue
-            denial = check_task(self.specs[task_id], self.capabilities)
+            denial = check_task(self.specs[task_id], self.capabilities, self.run_profile)
             if denial is not None:
-                self.audit(
-                    "capability.denied",
-                    {
-                        "task": task_id,
-                        "tools": list(denial.tools),
-                        "tags": list(denial.tags),
-                        "reason": denial.reason,
-                    },
-                )
-                self.move(task_id, S.DENIED, denial.reason)
+                self._deny(denial, self.run_profile)
                 continue
-            if self.plan.capsule is not None:
-                problems = pre_spawn_violations(
-                    self.plan.capsule, self.clock(), self.specs[task_id]
-                )
+            if self.plan.capsule is not None and task_id not in self._prechecked:
+                self._prechecked.add(task_id)  # once per task here; again right before spawn
+                now = self.clock()
+                problems = pre_spawn_violations(self.plan.capsule, now, self.specs[task_id])
+                self._capsule_check(task_id, now, [], problems)  # every task: re-checkable
                 if problems:
-                    self._capsule_check(task_id, problems)
                     self.move(task_id, S.DENIED, "intent capsule: " + "; ".join(problems))
         for task_id, target, reason in promotions(self.table):
             self.move(task_id, target, reason)
+
+    def _deny(self, denial: Denial, sandbox: Mapping[str, Any] | None) -> None:
+        """Record a trifecta denial with the sandbox profile it was decided under."""
+        self.audit(
+            "capability.denied",
+            {
+                "task": denial.task,
+                "tools": list(denial.tools),
+                "tags": list(denial.tags),
+                "reason": denial.reason,
+                "sandbox": dict(sandbox) if sandbox is not None else None,
+            },
+        )
+        self.move(denial.task, S.DENIED, denial.reason)
+
+    def _denied_at_spawn(self, tasks: list[TaskSpec], profile: Mapping[str, Any]) -> bool:
+        """Right before the spawn, re-decide the trifecta with the profile this spawn really
+        gets (it may differ from the run's default, e.g. network for egress tasks) and the
+        capsule's pre-spawn rule at this instant (recorded for every task). A denied task ends
+        DENIED, the rest of the batch goes back to OPEN for a later batch; nothing is spawned."""
+        denials = [check_task(task, self.capabilities, profile) for task in tasks]
+        drift: dict[str, list[str]] = {}
+        if self.plan.capsule is not None:  # the capsule may have expired while tasks waited
+            now = self.clock()
+            for task in tasks:
+                problems = pre_spawn_violations(self.plan.capsule, now, task)
+                self._capsule_check(task.id, now, [], problems)
+                if problems:
+                    drift[task.id] = problems
+        if all(denial is None for denial in denials) and not drift:
+            return False
+        for task, denial in zip(tasks, denials, strict=True):
+            if denial is not None:
+                self._deny(denial, profile)
+            elif task.id in drift:
+                self.move(task.id, S.DENIED, "intent capsule: " + "; ".join(drift[task.id]))
+            else:
+                self.move(task.id, S.OPEN, "batch released: another task was denied at spawn")
+        self.flush()
+        return True
 
     def _fail_batch(self, batch: Batch, reason: str) -> None:
         for task in batch.tasks:
@@ -299,13 +381,22 @@ class Runtime:
                 self.move(task, S.FAILED, reason)
         self.flush()
 
-    def _capsule_check(self, task: str, violations: Sequence[str]) -> None:
+    def _capsule_check(
+        self,
+        task: str,
+        now: str,
+        actions: Sequence[tuple[str, str]],
+        violations: Sequence[str],
+    ) -> None:
+        """Record a capsule decision with its inputs (the verifier recomputes it)."""
         assert self.plan.capsule is not None
         self.audit(
             "capsule.check",
             {
                 "task": task,
                 "capsule": capsule_digest(self.plan.capsule),
+                "now": now,
+                "actions": [[kind, target] for kind, target in actions],
                 "conforms": not violations,
                 "violations": list(violations),
             },
@@ -330,8 +421,9 @@ class Runtime:
             self.move(task.id, S.CLAIMED, f"batch {batch.id}")
         base = git.head(self.repo)
         branch = f"harness/{self.run_id}/{batch.id}"
-        worktree = self.work / batch.id
-        self.work.mkdir(parents=True, exist_ok=True)
+        dirs = BatchDirs(self.work / batch.id)
+        worktree = dirs.tree
+        dirs.create()
         self.flush()
         if git.branch_exists(self.repo, branch):
             # Only a batch that crashed before its agent.spawn record leaves this behind (the
@@ -342,13 +434,15 @@ class Runtime:
             self._agent_and_merge(batch, tasks, worktree, branch, base)
         finally:
             git.remove_worktree(self.repo, worktree, force=True)
+            shutil.rmtree(dirs.root, ignore_errors=True)
 
     def _agent_and_merge(
         self, batch: Batch, tasks: list[TaskSpec], worktree: Path, branch: str, base: str
     ) -> None:
-        adapter = get_adapter(batch.adapter)
-        scratch = self.folder / "batches" / batch.id
-        scratch.mkdir(parents=True, exist_ok=True)
+        spec = self.plan.commands.get(batch.adapter)
+        adapter = CommandAdapter.from_spec(spec) if spec is not None else get_adapter(batch.adapter)
+        dirs = BatchDirs(worktree.parent)
+        scratch = dirs.io
         prompt = "\n\n".join(f"[{task.id}] {task.prompt}" for task in tasks)
         request = AgentRequest(
             batch=batch,
@@ -366,6 +460,21 @@ class Runtime:
         if batch.adapter == "scripted":
             write_scripted_workfile(request, request.workfile)
         timeout_s = max(task.timeout_s for task in tasks)
+        argv = adapter.argv(request)
+        profile, env = self.sandbox.agent(
+            dirs,
+            programs=[adapter.executable],
+            files=argv_files(argv),
+            network=batch_network(tasks, self.capabilities),
+            adapter_env=adapter_env_names(adapter),
+            journal_dir=(
+                self.journal.directory
+                if self.journal is not None and batch.adapter == "scripted"
+                else None
+            ),
+        )
+        if self._denied_at_spawn(tasks, profile.to_json()):
+            return
         self.audit(
             "agent.spawn",
             {
@@ -375,13 +484,21 @@ class Runtime:
                 "branch": branch,
                 "worktree": str(worktree),
                 "timeout_ms": int(timeout_s * 1000),
+                "sandbox": profile.to_json(),
+                "env": list(profile.env),
             },
         )
         for task in tasks:
             self.move(task.id, S.IN_PROGRESS, f"agent for {batch.id} started")
         self.flush()
         result = run_process(
-            adapter.argv(request), cwd=worktree, timeout_s=timeout_s, grace_s=self.grace_s
+            self.sandbox.argv(profile, argv),
+            cwd=worktree,
+            timeout_s=timeout_s,
+            grace_s=self.grace_s,
+            env=env,
+            stdin=adapter_stdin(adapter, request),
+            sandboxed=profile.kind == "bwrap",
         )
         self.audit(
             "agent.exit",
@@ -427,7 +544,7 @@ class Runtime:
                 self.recorder.checkpoint_all()
                 raise RunAbortedError(output.error)
             return
-        problems = self._conformance(tasks, changes, owners)
+        problems = self._conformance(tasks, changes, owners, branch)
         for task in tasks:
             self.move(task.id, S.GATING, "agent finished")
         if problems:
@@ -435,9 +552,10 @@ class Runtime:
                 self.move(task.id, S.FAILED, "out of scope or capsule drift: " + problems[0])
             return
         passed = True
+        before = self._worktree_state(worktree)
         self.flush()
         for task in tasks:
-            for gate in run_gates(task.gates, worktree):
+            for gate in run_gates(task.gates, worktree, self.sandbox, dirs.gate_home):
                 self.audit(
                     "gate.result",
                     {
@@ -451,22 +569,60 @@ class Runtime:
                 passed = passed and gate.passed
             if not task.gates:
                 passed = False
+        broken = self._gate_integrity(batch, tasks, worktree, before)
+        if broken is not None:
+            for task in tasks:
+                self.move(task.id, S.FAILED, f"integrity violation by a gate: {broken}")
+            self.flush()
+            return
         if not passed:
             for task in tasks:
                 self.move(task.id, S.FAILED, "a quality gate failed (or the task has none)")
             return
         self._merge(tasks, branch, head)
 
+    @staticmethod
+    def _worktree_state(worktree: Path) -> WorktreeState:
+        commit = git.head(worktree)
+        return WorktreeState(commit, git.tree_of(worktree, commit), git.is_clean(worktree))
+
+    def _gate_integrity(
+        self, batch: Batch, tasks: list[TaskSpec], worktree: Path, before: WorktreeState
+    ) -> str | None:
+        """Record whether the gates left the worktree exactly as the lineage saw it (rule
+        ``harness.verify.rules.integrity``); returns the violation, or None."""
+        after = self._worktree_state(worktree)
+        broken = violation(before, after)
+        self.audit(
+            "gate.integrity",
+            {
+                "batch": batch.id,
+                "tasks": [task.id for task in tasks],
+                "commit": before.commit,
+                "tree": before.tree,
+                "head": after.commit,
+                "head_tree": after.tree,
+                "clean_before": before.clean,
+                "clean_after": after.clean,
+                "intact": broken is None,
+                "reason": broken or "unchanged",
+            },
+        )
+        return broken
+
     def _merge(self, tasks: list[TaskSpec], branch: str, head: str | None) -> None:
+        """Merge exactly ``head``, the commit the lineage was computed from (by id: a ref
+        moved after the diff, by a gate or anyone, cannot change what is merged)."""
         target = git.current_branch(self.repo) or git.head(self.repo)  # detached: merge on HEAD
-        check = git.merge_check(self.repo, target, branch)
+        source = head if head is not None else branch
+        check = git.merge_check(self.repo, target, source)
         commit: str | None = None
         reason = "clean"
         if not check.clean:
             reason = "merge conflict in " + ", ".join(check.conflicts)
         elif head is not None:
             self.flush()
-            commit = git.merge(self.repo, branch, f"merge {branch}", date=self.git_date)
+            commit = git.merge(self.repo, head, f"merge {branch}", date=self.git_date)
         for task in tasks:
             self.audit(
                 "merge.result",
@@ -495,11 +651,14 @@ class Runtime:
         for change in changes:
             owner = next((t.id for t in tasks if in_scope(change.path, t.scope)), tasks[0].id)
             owners[change.path] = owner
+            # The parent state (content and mode before the agent) binds the transition: the
+            # gate covers a change only from exactly this state (issue 9 §2).
             parents = [change.old_sha256] if change.old_sha256 else []
             body: dict[str, Any] = {
                 "actor": actor,
                 "model": model,
                 "parents": parents,
+                "parent_mode": change.old_mode,
                 "path": change.path,
                 "step": self.step,
                 "task": owner,
@@ -507,15 +666,24 @@ class Runtime:
             if change.sha256 is None:
                 writes.append(("artifact.delete", body))
             else:
-                writes.append(("artifact.write", {**body, "sha256": change.sha256}))
+                writes.append(
+                    ("artifact.write", {**body, "sha256": change.sha256, "mode": change.mode})
+                )
             self.step += 1
         if writes:
             self.recorder.store("lineage").append_many(writes)
         return owners
 
     def _conformance(
-        self, tasks: list[TaskSpec], changes: Sequence[git.Change], owners: Mapping[str, str]
+        self,
+        tasks: list[TaskSpec],
+        changes: Sequence[git.Change],
+        owners: Mapping[str, str],
+        branch: str,
     ) -> list[str]:
+        """Scope and capsule check before the gates: the edits and deletes each task's agent
+        made, plus the gates it will run and the branch it will merge (every action class the
+        capsule governs is decided before its effect)."""
         problems = [
             f"{change.path} is outside the scope of every task in the batch"
             for change in changes
@@ -529,10 +697,11 @@ class Runtime:
                 for c in changes
                 if owners.get(c.path) == task.id
             ]
-            violations = conformance(
-                self.plan.capsule, now=self.clock(), task=task, actions=actions
-            )
-            self._capsule_check(task.id, violations)
+            actions.extend(("gate", gate.name) for gate in task.gates)
+            actions.append(("merge", branch))
+            now = self.clock()
+            violations = conformance(self.plan.capsule, now=now, task=task, actions=actions)
+            self._capsule_check(task.id, now, actions, violations)
             problems.extend(violations)
         return problems
 

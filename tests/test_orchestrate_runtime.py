@@ -20,6 +20,7 @@ from harness.orchestrate.clock import LogicalClock
 from harness.orchestrate.demo import demo_plan, make_repo, run_demo
 from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.runtime import Runtime
+from harness.orchestrate.sandbox import Settings
 from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys
 from harness.verify.bundle import verify_bundle
@@ -152,7 +153,11 @@ def test_agent_ignoring_sigterm_is_killed_with_its_children(tmp_path: Path) -> N
         time.sleep(60)
     """)  # fmt: skip
     started = time.monotonic()
-    summary = _runtime(repo, _command_plan("t1", adapter, timeout_s=1), keys).run()
+    # Unsandboxed (explicit opt-out): the test watches the child by its host pid and file;
+    # the sandboxed kill path is tests/test_sandbox.py.
+    summary = _runtime(
+        repo, _command_plan("t1", adapter, timeout_s=1), keys, sandbox=Settings(opt_out=True)
+    ).run()
     assert time.monotonic() - started < 20
     assert summary.states["t1"] is TaskState.FAILED
     exit_record = next(r for r in _records(repo / ".harness", "r1", "audit")
@@ -194,7 +199,10 @@ def test_merge_conflict_is_refused_and_recorded(tmp_path: Path) -> None:
                "GIT_COMMITTER_EMAIL": "h@x", "PATH": "/usr/bin:/bin"}}
         subprocess.run(["git", "-C", str(main), "commit", "-qam", "human"], env=env, check=True)
     """)  # fmt: skip
-    summary = _runtime(repo, _command_plan("t1", adapter), keys).run()
+    # Unsandboxed (explicit opt-out): a sandboxed agent cannot reach the main checkout at all.
+    summary = _runtime(
+        repo, _command_plan("t1", adapter), keys, sandbox=Settings(opt_out=True)
+    ).run()
     assert summary.states["t1"] is TaskState.FAILED
     merge = next(r for r in _records(repo / ".harness", "r1", "audit")
                  if r["kind"] == "merge.result")  # fmt: skip
@@ -296,13 +304,13 @@ def test_crash_mid_run_then_resume(tmp_path: Path) -> None:
         from harness.orchestrate.clock import wall_clock
         from harness.orchestrate.plan import load_plan
         from harness.orchestrate.runtime import Runtime
-        from harness.receipts.keys import load_keys
+        from harness.receipts.keys import default_keys_dir, load_keys
         register_adapter(CommandAdapter.from_template(
             [sys.executable, "-c", "import time; time.sleep(60)"], name="test-sleeper"))
         repo = Path({str(repo)!r})
         adapters = {{**DEFAULT_MATRIX.adapters, "test-sleeper": NO_TAGS}}
         Runtime(repo=repo, plan=load_plan(Path({str(plan)!r})), state_dir=repo / ".harness",
-                keys=load_keys(repo / ".harness" / "keys"), run_id="r1", clock=wall_clock,
+                keys=load_keys(default_keys_dir(repo)), run_id="r1", clock=wall_clock,
                 capabilities=replace(DEFAULT_MATRIX, adapters=adapters)).run()
     """)
     proc = subprocess.Popen([sys.executable, "-c", first], stdout=subprocess.PIPE,
@@ -334,9 +342,9 @@ def test_crash_mid_run_then_resume(tmp_path: Path) -> None:
     assert "crash" in next(e["reason"] for e in ends if e["task"] == "slow")
     planned = [r["body"]["task"] for r in records if r["kind"] == "task.planned"]
     assert sorted(planned) == ["quick", "slow"]  # not declared twice on resume
-    from harness.receipts.keys import load_keys
+    from harness.receipts.keys import default_keys_dir, load_keys
 
-    keys = load_keys(repo / ".harness" / "keys")
+    keys = load_keys(default_keys_dir(repo))
     report = _verified(repo, keys, tmp_path)
     assert report.status.value == "verified", report.failure
     assert (repo / "quick.txt").exists()
@@ -368,7 +376,10 @@ def test_commits_made_by_the_agent_are_recorded_and_merged(tmp_path: Path) -> No
         subprocess.run(["git", "add", "-A"], env=env, check=True)
         subprocess.run(["git", "commit", "-qm", "agent"], env=env, check=True)
     """)  # fmt: skip
-    summary = _runtime(repo, _command_plan("t1", adapter), keys).run()
+    # Unsandboxed (explicit opt-out): in a sandbox the git folder is read-only (decision 0017).
+    summary = _runtime(
+        repo, _command_plan("t1", adapter), keys, sandbox=Settings(opt_out=True)
+    ).run()
     assert summary.states["t1"] is TaskState.DONE
     paths = [r["body"]["path"] for r in _records(repo / ".harness", "r1", "lineage")]
     assert paths == ["self.txt"]
