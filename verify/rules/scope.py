@@ -25,6 +25,7 @@ _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 _DAYS: Final = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
+@lru_cache(maxsize=4096)
 def check_glob(glob: str) -> str | None:
     """Why ``glob`` is not an acceptable scope glob, or None if it is."""
     if not glob:
@@ -104,6 +105,7 @@ def in_scope(path: str, scope: Iterable[str]) -> bool:
     return any(glob_match(glob, path) for glob in scope)
 
 
+@lru_cache(maxsize=4096)
 def check_time(value: str) -> str | None:
     """Why ``value`` is not a valid ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` UTC time, or None.
 
