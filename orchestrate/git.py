@@ -423,3 +423,20 @@ def is_ignored(repo: Path, path: str | Path) -> bool:
     """
     proc = _git(repo, "check-ignore", "-q", "--", str(path), ok=(0, 1))
     return proc.returncode == 0
+
+
+def root_commits(repo: Path, commit: str) -> list[str]:
+    """The root commits reachable from ``commit``, sorted: the repository's identity."""
+    out = _out(repo, "rev-list", "--max-parents=0", "--end-of-options", commit)
+    return sorted(set(out.split()))
+
+
+def tree_of(repo: Path, commit: str) -> str:
+    """The id of ``commit``'s tree."""
+    return _out(repo, "rev-parse", "--verify", "--end-of-options", f"{commit}^{{tree}}")
+
+
+def is_clean(worktree: Path) -> bool:
+    """No modified, staged, deleted or untracked (not ignored) file in ``worktree``."""
+    proc = _git(worktree, "status", "--porcelain=v1", "-z", "--untracked-files=all")
+    return proc.stdout == b""
