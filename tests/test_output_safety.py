@@ -457,3 +457,18 @@ def test_error_messages_show_paths_escaped(tmp_path: Path) -> None:
         assert out.returncode == 2, out.stderr
         text = _assert_safe_lines(out.stderr, "stderr")
         assert "p\\xe9\\x0a\\x3a:error\\x3a:forged" in re.sub(r"[\s│]", "", text)
+
+
+def test_a_reader_closing_the_pipe_is_no_traceback(demo: DemoResult, tmp_path: Path) -> None:
+    """``harness-verify bundle B --format json | head -1``: the verdict is the exit code."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "harness.verify.cli", "bundle", str(demo.bundle),
+         "--trusted-key", demo.key_id, "--format", "json", "--quiet"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the child writes anything
+    stderr = child.stderr.read()
+    assert child.wait(timeout=120) == 0, stderr
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr

@@ -13,7 +13,9 @@ if missing); ``--summary`` appends (``$GITHUB_STEP_SUMMARY`` holds earlier steps
 Every problem is an ``OutputError`` whose message names the file (in display form) and the
 reason; the CLI turns it into exit code 2. Standard output is written as UTF-8 bytes, whatever
 the locale: reports are surrogate-free by construction (``textsafe``), and a C locale must not
-turn a ``✅`` into a traceback.
+turn a ``✅`` into a traceback (``backslashreplace`` is only a last resort against a renderer
+bug: a report is never lost to an encoding error). A reader that closes the pipe early ends
+the output, not the process with a traceback.
 """
 
 from __future__ import annotations
@@ -125,6 +127,13 @@ def write_stdout(document: str) -> None:
     if stream is None:  # replaced by a text-only stream (tests, embedding)
         sys.stdout.write(data.decode("utf-8"))
         return
-    sys.stdout.flush()
-    stream.write(data)
-    stream.flush()
+    try:
+        sys.stdout.flush()
+        stream.write(data)
+        stream.flush()
+    except BrokenPipeError:
+        # The reader went away (``| head``): nothing more can be said, the exit code still
+        # speaks. Point stdout at /dev/null so the interpreter's final flush cannot fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
