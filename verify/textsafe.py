@@ -40,8 +40,10 @@ from urllib.parse import quote
 __all__ = ["json_safe", "md_code", "text", "unescape", "uri"]
 
 _ESCAPED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
-_PLAIN: Final = re.compile(r"[ -\[\]-~]*")
-"""Printable ASCII without the backslash: shown as is unless it holds ``::`` or ``##[``."""
+_CANDIDATE: Final = re.compile(r":(?=:)|#(?=#\[)|[^ -\[\]-~]")
+"""What may need an escape: the first ``:`` of ``::``, the first ``#`` of ``##[``, and every
+character that is not printable ASCII or is the backslash (most of them non-ASCII letters that
+stay as they are). Everything else is printable ASCII and is shown as is."""
 _ESCAPE: Final = re.compile(r"\\(?:\\|x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
 
 
@@ -66,24 +68,19 @@ def _escape(char: str) -> str:
     return f"\\U{code:08x}"
 
 
+def _shown(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == ":":
+        return "\\x3a"
+    if char == "#":
+        return "\\x23"
+    return _escape(char) if _needs_escape(char) else char
+
+
 def text(value: object) -> str:
     """``value`` (``str()`` of it) in the display form: one printable line, lossless, with no
     control, format or separator character, no ``::`` and no ``##[``."""
-    raw = value if isinstance(value, str) else str(value)
-    if _PLAIN.fullmatch(raw) and "::" not in raw and "##[" not in raw:
-        return raw
-    out: list[str] = []
-    last = len(raw) - 1
-    for index, char in enumerate(raw):
-        if _needs_escape(char):
-            out.append(_escape(char))
-        elif char == ":" and index < last and raw[index + 1] == ":":
-            out.append("\\x3a")
-        elif char == "#" and raw.startswith("#[", index + 1):
-            out.append("\\x23")
-        else:
-            out.append(char)
-    return "".join(out)
+    return _CANDIDATE.sub(_shown, value if isinstance(value, str) else str(value))
 
 
 def _unescape_one(match: re.Match[str]) -> str:
