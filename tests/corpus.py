@@ -40,15 +40,18 @@ from harness.verify.canonical import canonical_bytes
 from harness.verify.keyids import key_id
 from harness.verify.layout import (
     BUNDLE_FORMAT,
+    BUNDLE_VERSION,
     MANIFEST,
     MANIFEST_SIG,
     checkpoint_member,
     key_member,
     manifest_note_text,
     store_member,
+    tar_header_bytes,
     tar_member_info,
 )
 from harness.verify.note import Signature
+from harness.verify.records import RECORD_VERSION
 
 from .evidence_helpers import make_keys
 
@@ -87,6 +90,9 @@ class Case:
     """Decompresses to far more than it weighs: memory is measured for it."""
     known_bug: str = ""
     """Non-empty: the verifier gets this case wrong today (tests mark it xfail, strict)."""
+    budget: bool = False
+    """A shape that once cost minutes or gigabytes: the CLI must finish it within the reading
+    budget (docs/spec/verifier.md: <= 10 s and <= 256 MiB peak RSS for inputs <= 10 MB)."""
 
     @property
     def expected_status(self) -> str:
@@ -138,7 +144,7 @@ def record_run(
             run.record("audit", "event", {"name": "c", "data": {}})
             run.record("audit", "event", {"name": "d", "data": {}})
             return
-        run.record("audit", "run.start", {"producer": "corpus", "plan": "fixed"})
+        run.record("audit", "event", {"name": "run.begin", "data": {"plan": "fixed"}})
         run.record("audit", "event", {"name": "task.start", "data": {"task": "t1"}})
         run.record("control", "command", {"operator": "op", "command": "run", "args": {}})
         run.record(
@@ -163,7 +169,9 @@ def _artifact(path: str, step: int) -> dict[str, Any]:
     return {
         "actor": "agent",
         "model": "m",
+        "mode": "100644",
         "parents": [],
+        "parent_mode": None,
         "path": path,
         "sha256": _sha(path),
         "step": step,
@@ -421,6 +429,7 @@ def build_corpus(folder: Path) -> list[Case]:
     _quarantine_cases(writer, work)
     _cross_run_cases(writer, work)
     _verdict_cases(writer, work)
+    _cost_cases(writer, bundle)
     shutil.rmtree(work)
     return writer.cases
 
@@ -876,7 +885,8 @@ def _manifest_cases(writer: _Writer, bundle: Bundle) -> None:
         r"signs a different manifest digest",
         check="manifest-signature",
     )
-    # The key file is not the declared signer's key.
+    # The key file is not the declared signer's key (it holds key B under key A's name): the
+    # manifest signature is checked against the key file, which must be named after its key.
     wrong_key_file = bundle.copy()
     key_name = next(n for n in wrong_key_file.members if n.startswith("keys/"))
     wrong_key_file.members[key_name] = other.note_signer().verifier_key().encode() + b"\n"
@@ -884,18 +894,27 @@ def _manifest_cases(writer: _Writer, bundle: Bundle) -> None:
         "key-file-of-other-key",
         _resign_keeping_key_files(wrong_key_file),
         1,
-        r"is not the signer's key",
-        check="members",
+        r"is not the signer's key \(it holds key [0-9a-f]{64}\)",
+        check="manifest-signature",
+    )
+    # The key file is key B, properly named, the manifest (signed by A) names key A: the
+    # signature does not verify under the key the bundle carries.
+    writer.add(
+        "key-file-other-than-declared",
+        _resign_keeping_key_files(_with_key_file(bundle, other)),
+        1,
+        r"no signature from a known key",
+        check="manifest-signature",
     )
 
     def set_version(manifest: dict[str, Any]) -> None:
-        manifest["version"] = 2
+        manifest["version"] = BUNDLE_VERSION + 1
 
     writer.add(
         "manifest-unknown-version",
         bundle.resign(update=set_version),
         4,
-        r"version 2 is not supported",
+        rf"version {BUNDLE_VERSION + 1} is not supported",
         check="manifest-signature",
     )
 
@@ -965,6 +984,17 @@ def _forged_signature(bundle: Bundle, other: OperatorKeys) -> bytes:
     copy = bundle.copy()
     copy.members[MANIFEST_SIG] = text.encode() + b"\n" + forged.to_line().encode()
     return copy.tar()
+
+
+def _with_key_file(bundle: Bundle, keys: OperatorKeys) -> Bundle:
+    """The bundle with its key file replaced by ``keys``' (named after it)."""
+    copy = bundle.copy()
+    for name in [n for n in copy.members if n.startswith("keys/")]:
+        del copy.members[name]
+    copy.members[key_member(key_id(keys.public_raw))] = (
+        keys.note_signer().verifier_key().encode() + b"\n"
+    )
+    return copy
 
 
 def _resign_keeping_key_files(bundle: Bundle) -> bytes:
@@ -1052,8 +1082,9 @@ def _store_cases(writer: _Writer, bundle: Bundle, state: Path, work: Path) -> No
 
     dup_key = bundle.copy()
     first = audit[0]
-    assert b'"v":1}' in first
-    dup_key.set_store("audit", [first.replace(b'"v":1}', b'"v":1,"v":1}'), *audit[1:]])
+    v = b'"v":%d' % RECORD_VERSION
+    assert v + b"}" in first
+    dup_key.set_store("audit", [first.replace(v + b"}", v + b"," + v + b"}"), *audit[1:]])
     writer.add(
         "store-duplicate-json-key", dup_key.resign(), 1, r"duplicate key 'v'", check="records"
     )
@@ -1068,7 +1099,7 @@ def _store_cases(writer: _Writer, bundle: Bundle, state: Path, work: Path) -> No
     )
     reordered_keys = bundle.copy()
     swapped = first.replace(b'"store":"audit","time":', b'"time":', 1)
-    swapped = swapped.replace(b',"v":1}', b',"store":"audit","v":1}', 1)
+    swapped = swapped.replace(b"," + v + b"}", b',"store":"audit",' + v + b"}", 1)
     reordered_keys.set_store("audit", [swapped, *audit[1:]])
     writer.add(
         "store-non-canonical-key-order",
@@ -1078,7 +1109,8 @@ def _store_cases(writer: _Writer, bundle: Bundle, state: Path, work: Path) -> No
         check="records",
     )
     edited_body = bundle.copy()
-    edited_body.set_store("audit", [first.replace(b'"corpus"', b'"forged"'), *audit[1:]])
+    assert b'"fixed"' in first
+    edited_body.set_store("audit", [first.replace(b'"fixed"', b'"forged"'), *audit[1:]])
     writer.add(
         "store-record-edited",
         edited_body.resign(),
@@ -1293,6 +1325,110 @@ def _verdict_cases(writer: _Writer, work: Path) -> None:
         r"not among the pinned keys",
         check="trust",
     )
+
+
+# ------------------------------------------------------------------------------ cost (issue 9 §3)
+
+
+def dense_list(size: int) -> bytes:
+    """``[[],[],...]``: the JSON with the most values per byte (~20x its size once decoded)."""
+    count = max(1, (size - 2) // 3)
+    return b"[" + b"[]," * (count - 1) + b"[]]"
+
+
+def _with_manifest(bundle: Bundle, manifest: bytes, signature: bytes) -> bytes:
+    """The bundle's members behind another manifest.json and manifest.sig."""
+    copy = bundle.copy()
+    copy.members[MANIFEST] = manifest
+    copy.members[MANIFEST_SIG] = signature
+    return copy.tar()
+
+
+def _cost_cases(writer: _Writer, bundle: Bundle) -> None:
+    junk_sig = b"harness-verify/v1/bundle\n" + b"0" * 64 + "\n\n\u2014 junk AAAA\n".encode()
+    # Found: 65 KB of .tar.gz whose manifest is a huge JSON list and whose signature is junk
+    # took 34 s and 2.1 GB (parsed before the signature was checked). Now the inflation ratio
+    # refuses it while it streams in, before anything is decoded.
+    writer.add(
+        "cost-manifest-huge-list-gzip",
+        gzip_bytes(_with_manifest(bundle, dense_list(30 << 20), junk_sig)),
+        4,
+        r"inflates to more than \d+ times",
+        check="archive",
+        suffix=".tar.gz",
+        budget=True,
+    )
+    # The same in a plain tar (no ratio to stop it): the signature is checked on the digest
+    # first, so nothing of the list is decoded.
+    writer.add(
+        "cost-manifest-huge-list-junk-signature",
+        _with_manifest(bundle, dense_list(2 << 20), junk_sig),
+        1,
+        r"^manifest\.sig: ",
+        check="manifest-signature",
+        budget=True,
+    )
+    # Validly signed (by the bundle's own key, which anyone can make): the value density is
+    # refused before decoding.
+    dense = dense_list(2 << 20)
+    signed = bundle.keys.note_signer().sign(manifest_note_text(hashlib.sha256(dense).hexdigest()))
+    writer.add(
+        "cost-manifest-dense-self-signed",
+        _with_manifest(bundle, dense, signed),
+        1,
+        r"denser than any document",
+        check="manifest-signature",
+        budget=True,
+    )
+    # A store that declares 3 GiB of zeros in ~3 MB of gzip: refused by the inflation ratio,
+    # not hashed (and inflated twice) to the end.
+    ordered = _ordered(bundle)
+    target = store_member(RUN_ID, "audit")
+    index = next(i for i, (name, _) in enumerate(ordered) if name == target)
+    head = _strip_end(write_tar(ordered[:index])) + tar_header_bytes(target, 3 << 30)
+    writer.add(
+        "cost-gzip-store-of-zeros",
+        gzip_bytes(head) + gzip_zeros(3 << 30),
+        4,
+        r"inflates to more than \d+ times",
+        check="archive",
+        suffix=".tar.gz",
+        bomb=True,
+        budget=True,
+    )
+
+
+def many_receipts_bundle(folder: Path, receipts: int, *, compress: bool) -> Path:
+    """One run with ``receipts`` final artifacts, each with its receipt member."""
+    keys = operator_keys()
+    state = folder / "state"
+    if not state.exists():
+        with RunRecorder(state, RUN_ID, keys, clock=FixedClock()) as run:
+            run.store("lineage").append_many(
+                ("artifact.write", _artifact(f"src/m{i % 37}/f{i}.py", i)) for i in range(receipts)
+            )
+            run.record("audit", "event", {"name": "done", "data": {}})
+    out = folder / ("bundle.tar.gz" if compress else "bundle.tar")
+    export_bundle(state, out, keys, compress=compress)
+    return out
+
+
+def many_runs_bundle(folder: Path, tiny_runs: int, big_records: int, *, compress: bool) -> Path:
+    """One run with a large lineage store, then ``tiny_runs`` runs of a few records each: the
+    shape whose backward reads re-inflated the large member again and again."""
+    keys = operator_keys()
+    state = folder / "state"
+    if not state.exists():
+        with RunRecorder(state, "run-0", keys, clock=FixedClock()) as run:
+            run.store("lineage").append_many(
+                ("artifact.write", _artifact(f"src/big{i % 997}.py", i)) for i in range(big_records)
+            )
+            run.record("audit", "event", {"name": "done", "data": {}})
+        for index in range(tiny_runs):
+            record_run(state, keys, f"run-t{index:04d}", small=True)
+    out = folder / ("bundle.tar.gz" if compress else "bundle.tar")
+    export_bundle(state, out, keys, compress=compress)
+    return out
 
 
 def main(argv: Sequence[str]) -> int:

@@ -33,7 +33,7 @@ def _verify(data: bytes, keys: OperatorKeys) -> Report:
 def bundle(tmp_path: Path) -> tuple[bytes, OperatorKeys]:
     keys = make_keys()
     with RunRecorder(tmp_path / "state", "run-1", keys) as run:
-        run.record("audit", "run.start", {"plan": "p", "producer": "t"})
+        run.record("audit", "event", {"name": "run.begin", "data": {"plan": "p"}})
     data = export_bundle(tmp_path / "state", tmp_path / "b.tar", keys).path.read_bytes()
     assert _verify(data, keys).status.value == "verified"
     return data, keys

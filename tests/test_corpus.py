@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from typing import Any
 import pytest
 
 from harness.verify.archive import Limits
-from harness.verify.bundle import verify_bundle
+from harness.verify.bundle import verify_bundle, verify_bundle_contents
+from harness.verify.layout import store_member
 from harness.verify.policy import TrustPolicy
 from harness.verify.render import render
 from harness.verify.report import Report
@@ -35,8 +37,12 @@ from harness.verify.report import Report
 from .corpus import (
     Case,
     build_corpus,
+    export_run,
     gzip_bytes,
     gzip_zeros,
+    many_receipts_bundle,
+    many_runs_bundle,
+    member_offsets,
     operator_keys,
     read_members,
     write_tar,
@@ -46,6 +52,9 @@ TIMEOUT = 60
 ADDRESS_SPACE = 512 << 20
 """Every CLI run gets this much virtual memory at most (it needs ~40 MB resident)."""
 BOMB_MAX_RSS = 256 << 20
+BUDGET_SECONDS = 10.0
+"""The reading budget for inputs of <= 10 MB (docs/spec/verifier.md): time and peak RSS."""
+BUDGET_RSS = 256 << 20
 
 KEY_ID = operator_keys().key_id
 PINS = TrustPolicy(frozenset({KEY_ID}), "--trusted-key")
@@ -86,6 +95,8 @@ class Ran:
     stderr: str
     max_rss: int
     """Peak resident set size of the process, in bytes."""
+    seconds: float
+    """Wall-clock time from spawn to exit."""
 
 
 def run_cli(
@@ -101,6 +112,7 @@ def run_cli(
     hwm = Path(tempfile.mkstemp(prefix="hwm-")[1])
     env = {**(os.environ if env is None else env), "HARNESS_TEST_HWM_FILE": str(hwm)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
         process = subprocess.Popen(command, stdout=out, stderr=err, cwd=cwd, env=env)
         with contextlib.suppress(ProcessLookupError):  # already gone: wait4 still reports it
             resource.prlimit(process.pid, resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
@@ -108,6 +120,7 @@ def run_cli(
         timer.start()
         try:
             _, status, usage = os.wait4(process.pid, 0)
+            seconds = time.perf_counter() - started
         finally:
             timer.cancel()
         process.returncode = os.waitstatus_to_exitcode(status)
@@ -120,6 +133,7 @@ def run_cli(
             out.read().decode("utf-8", "replace"),
             err.read().decode("utf-8", "replace"),
             int(reported) * 1024 if reported else usage.ru_maxrss * 1024,
+            seconds,
         )
 
 
@@ -166,6 +180,14 @@ def test_cli_rejects_hostile_input(corpus: dict[str, Case], name: str) -> None:
     assert failed == [failure["check"]]
     if case.bomb:
         assert ran.max_rss < BOMB_MAX_RSS, f"peak RSS {ran.max_rss >> 20} MiB"
+    if case.budget:
+        _assert_within_budget(case.path, ran)
+
+
+def _assert_within_budget(path: Path, ran: Ran) -> None:
+    assert path.stat().st_size <= 10_000_000, "the budget is for inputs of at most 10 MB"
+    assert ran.seconds <= BUDGET_SECONDS, f"{path.name}: {ran.seconds:.1f} s"
+    assert ran.max_rss <= BUDGET_RSS, f"{path.name}: peak RSS {ran.max_rss >> 20} MiB"
 
 
 @pytest.mark.parametrize("name", RENDER_NAMES)
@@ -190,7 +212,7 @@ def test_every_report_format_renders(corpus: dict[str, Case], name: str) -> None
 
 def test_corpus_is_small_and_complete(corpus: dict[str, Case]) -> None:
     sizes = {name: case.path.stat().st_size for name, case in corpus.items()}
-    assert sum(sizes.values()) < 8 << 20, sizes
+    assert sum(sizes.values()) < 16 << 20, sizes  # the cost-* shapes are ~7 MB of it
     assert {1, 4} <= {case.expected_exit for case in corpus.values()}
     statuses = {case.expected_status for case in corpus.values()}
     assert {"empty", "seal-only", "invalid", "unreadable"} <= statuses
@@ -312,3 +334,84 @@ def test_trailing_zeros_refused_without_inflating_them_all(corpus: dict[str, Cas
 def test_negative_max_bytes_is_a_usage_error(corpus: dict[str, Case]) -> None:
     ran = run_cli([str(corpus["valid"].path), "--trusted-key", KEY_ID, "--max-bytes", "-5"])
     assert ran.returncode == 2, ran.stdout
+
+
+# ---------------------------------------------------------------- cost: one pass, bounded (issue 9)
+
+
+class _ForwardOnly:
+    """A stream that can only be read forward (no seek, no tell), counting what is read."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self.position = 0
+        self.reads = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        end = len(self._data) if size < 0 else self.position + size
+        chunk = self._data[self.position : end]
+        self.position += len(chunk)
+        self.reads += 1
+        return chunk
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    _, path = export_run(tmp_path_factory.mktemp("three"), operator_keys(), runs=3)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["tar", "tar.gz"])
+def test_input_is_read_once_forward(three_runs: bytes, packed: bool) -> None:
+    """One forward pass: every byte of the input read exactly once, never sought (seeking a
+    .tar.gz backwards re-inflates it from byte 0: quadratic in the member count)."""
+    data = gzip_bytes(three_runs) if packed else three_runs
+    stream = _ForwardOnly(data)
+    report = verify_bundle(stream, pins=PINS)  # type: ignore[arg-type]
+    assert report.status.value == "verified", report.failure
+    assert stream.position == len(data)
+
+
+def test_verified_contents_are_the_bytes_checked(three_runs: bytes) -> None:
+    """The gate's API: verify from bytes in memory, get back exactly the verified members."""
+    wanted = store_member("run-2", "lineage")
+    done = verify_bundle_contents(three_runs, keep=lambda name: name == wanted, pins=PINS)
+    assert done.report.status.value == "verified"
+    assert dict(done.members) == {wanted: dict(read_members(three_runs))[wanted]}
+    untrusted = verify_bundle_contents(gzip_bytes(three_runs), keep=lambda name: True)
+    assert untrusted.report.status.value == "verified-untrusted"
+    assert dict(untrusted.members) == dict(read_members(three_runs))
+    tampered = bytearray(three_runs)
+    offset = next(o for o in member_offsets(three_runs) if o[0] == wanted)[2]
+    tampered[offset + 10] ^= 1
+    refused = verify_bundle_contents(bytes(tampered), keep=lambda name: True, pins=PINS)
+    assert refused.report.status.value == "invalid"
+    assert refused.report.failure is not None and refused.report.failure.check == "members"
+    assert refused.members == {}
+
+
+@pytest.fixture(scope="module")
+def costly(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The shapes whose cost grew with the square of the member count, as tar and tar.gz."""
+    folder = tmp_path_factory.mktemp("costly")
+    shapes: dict[str, Path] = {}
+    for packed in (False, True):
+        suffix = ".tar.gz" if packed else ".tar"
+        shapes[f"receipts{suffix}"] = many_receipts_bundle(folder / "r", 3000, compress=packed)
+        shapes[f"runs{suffix}"] = many_runs_bundle(folder / "m", 100, 10_000, compress=packed)
+    return shapes
+
+
+@pytest.mark.parametrize("shape", ["receipts", "runs"])
+def test_gzip_costs_no_more_than_tar(costly: dict[str, Path], shape: str) -> None:
+    """3000 receipts (was 23 s as .tar.gz, 5.6 s as .tar) and one large run followed by 100
+    tiny ones: within the budget, and the .tar.gz within 1.5x of the .tar."""
+    timings = {}
+    for suffix in (".tar", ".tar.gz"):
+        path = costly[shape + suffix]
+        ran = run_cli([str(path), "--format", "json", "--trusted-key", KEY_ID])
+        assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+        if path.stat().st_size <= 10_000_000:  # the .tar of 3000 receipts weighs ~15 MB
+            _assert_within_budget(path, ran)
+        timings[suffix] = ran.seconds
+    assert timings[".tar.gz"] <= 1.5 * timings[".tar"] + 0.5, timings

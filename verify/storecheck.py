@@ -24,7 +24,7 @@ from .checkpoint import Checkpoint
 from .errors import ChainError, CheckpointError, SchemaError, VerificationError
 from .lineage import FinalArtifacts, MergeFacts
 from .merkle import CompactRange
-from .records import HEX64_RE, MAX_LINE_BYTES, TIME_RE, parse_record_line, split_mac
+from .records import HEX64_RE, MAX_LINE_BYTES, TIME_RE, Record, parse_record_line, split_mac
 
 ORIGIN_PREFIX: Final = "harness-verify/v1/"
 _LEAF_PREFIX: Final = b"\x00"  # merkle.leaf_hash, inlined in the per-record loop below
@@ -97,11 +97,14 @@ def verify_store(
     hmac_master: bytes | None = None,
     progress: Callable[[int], None] | None = None,
     merged_tasks: frozenset[str] | None = None,
+    on_record: Callable[[Record, bytes], None] | None = None,
 ) -> StoreResult:
     """Verify one store's lines against already signature-checked checkpoints of that store.
 
     Raises a ``VerificationError`` subclass naming ``member``, the record (line and seq) and the
-    reason at the first failure.
+    reason at the first failure. ``on_record(record, line)`` sees every record that passed its
+    own checks, in order: the bundle verifier folds later checks (HMAC chain, semantics) into
+    the same single read of the store.
     """
     expected_origin = checkpoint_origin(run_id, store)
     sizes: list[int] = []
@@ -168,6 +171,8 @@ def verify_store(
             if record.kind == "store.recovered":
                 body = record.body
                 result.recovered.append((body["offset"], body["length"], body["sha256"]))
+            if on_record is not None:
+                on_record(record, line)
             if index + 1 in wanted:
                 _check_root(index + 1, tree.root(), wanted[index + 1])
         except VerificationError as exc:
