@@ -416,8 +416,13 @@ def test_outputs_only_into_regular_files(demo: DemoResult, tmp_path: Path) -> No
     other.write_text("keep me\n", encoding="utf-8")
     hard = tmp_path / "hard.json"
     os.link(other, hard)
-    for target, why in ((fifo, b"not a regular file"), (folder, b"Is a directory"),
-                        (hard, b"hard links")):  # fmt: skip
+    refused = [
+        (fifo, b"it is a FIFO"),
+        (folder, b"it is a folder"),
+        (Path("/dev/null"), b"character device"),
+        (hard, b"hard links"),
+    ]
+    for target, why in refused:
         out = _cli(
             tmp_path, "bundle", str(demo.bundle), "--trusted-key", demo.key_id,
             "--format", "json", "-o", str(target),
@@ -472,3 +477,22 @@ def test_a_reader_closing_the_pipe_is_no_traceback(demo: DemoResult, tmp_path: P
     stderr = child.stderr.read()
     assert child.wait(timeout=120) == 0, stderr
     assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr
+
+
+def test_the_open_itself_refuses_a_link_and_a_fifo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the early check (a link swapped in after it), O_NOFOLLOW and fstat refuse."""
+    from harness.verify import output
+
+    monkeypatch.setattr(output, "_refuse_early", lambda *args: None)
+    victim, link = _targets(tmp_path)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(output.OutputError, match="symbolic link"):
+        output.write_report(link, "x")
+    with pytest.raises(output.OutputError, match="symbolic link"):
+        output.append_summary(link, "x")
+    with pytest.raises(output.OutputError, match="not a regular file"):
+        output.write_report(fifo, "x")  # no reader: refused at once, not blocked
+    assert victim.read_text(encoding="utf-8") == "echo untouched\n"

@@ -48,6 +48,15 @@ class OutputError(Exception):
     """A report could not be written safely: the message names the file and the reason."""
 
 
+_KINDS: Final = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
 def _is_link(path: Path) -> bool:
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
@@ -55,10 +64,28 @@ def _is_link(path: Path) -> bool:
         return False
 
 
+def _refuse_early(path: Path, shown: str, what: str) -> None:
+    """Refuse a link or a non-regular file before opening it (opening a device can have
+    effects); ``O_NOFOLLOW`` and ``fstat`` after the open close the race that remains."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return  # missing (created below) or unreachable (the open says why)
+    if stat.S_ISLNK(mode):
+        raise OutputError(
+            f"refusing to write the {what} to {shown}: it is a symbolic link "
+            "(reports are never written through a link)"
+        )
+    for test, kind in _KINDS:
+        if test(mode):
+            raise OutputError(
+                f"refusing to write the {what} to {shown}: it is {kind}, not a regular file"
+            )
+
+
 def _open(path: Path, flags: int, what: str) -> int:
     shown = textsafe.text(os.fsdecode(path))
-    if not _NOFOLLOW and _is_link(path):  # no O_NOFOLLOW (Windows): best effort
-        raise OutputError(f"refusing to write the {what} to {shown}: it is a symbolic link")
+    _refuse_early(path, shown, what)
     try:
         fd = os.open(path, flags, _MODE)
     except OSError as exc:
