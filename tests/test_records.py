@@ -82,6 +82,8 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "branch": "harness/b1",
         "worktree": "/tmp/w",
         "timeout_ms": 60000,
+        "sandbox": {"kind": "bwrap", "network": False, "private_mounts": False, "opt_out": False},
+        "env": ["HOME", "PATH"],
     },
     ("audit", "agent.exit"): {
         "batch": "b1",

@@ -21,10 +21,16 @@ app.add_typer(keys_app, name="keys")
 
 
 def _keys_for(state: Path, keys_dir: Path | None) -> Path:
-    """``--keys``, else the default keys folder of the repository ``state`` belongs to."""
+    """``--keys``, else the default keys folder of the repository ``state`` belongs to, else
+    (for these sealing commands only, never ``run``) a ``keys/`` folder inside the state
+    folder when one exists there: the demo's throw-away layout."""
     from harness.receipts.keys import default_keys_dir
 
-    return keys_dir if keys_dir is not None else default_keys_dir(state.absolute().parent)
+    if keys_dir is not None:
+        return keys_dir
+    default = default_keys_dir(state.absolute().parent)
+    legacy = state / "keys"
+    return legacy if not default.exists() and legacy.is_dir() else default
 
 
 @app.callback()
