@@ -49,6 +49,7 @@ from harness.verify.report import (
     failed_report,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 DEMO_FILES = 5
 HOSTILE_NAMES = [
     b"caf\xe9.txt",  # Latin-1, not UTF-8: arrives as a str with a lone surrogate
@@ -235,6 +236,60 @@ def test_action_step_with_hostile_names(demo: DemoResult, hostile: Path, tmp_pat
     text = summary.read_bytes().decode("utf-8")
     assert text.startswith("earlier step\n")
     _assert_inert_markdown(_assert_safe_lines(text, "summary"), rows)
+
+
+def _action_step(name: str) -> str:
+    """The ``run: |`` script of the composite step called ``name`` in action.yml."""
+    text = (ROOT / "action.yml").read_text(encoding="utf-8")
+    start = text.index(f"- name: {name}")
+    match = re.compile(r"\n(\s+)run: \|\n").search(text, start)
+    assert match is not None
+    indent = len(match.group(1)) + 2
+    lines = []
+    for line in text[match.end() :].splitlines():
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        lines.append(line[indent:])
+    return "\n".join(lines) + "\n"
+
+
+def test_the_actions_own_step_with_hostile_names(
+    demo: DemoResult, hostile: Path, tmp_path: Path
+) -> None:
+    """action.yml's "Run the gate" script, as the runner executes it: SARIF and summary are
+    written, and nothing in the step's log is a workflow command or a traceback."""
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    sarif = temp / "harness-gate.sarif"
+    summary = tmp_path / "step-summary.md"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "HV_BUNDLE": str(demo.bundle),
+        "HV_BASE": _base(hostile),
+        "HV_HEAD": "HEAD",
+        "HV_KEYS": demo.key_id,
+        "HV_BASE_POLICY": "false",
+        "HV_SARIF": str(sarif),
+        "GITHUB_OUTPUT": str(tmp_path / "github-output"),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "RUNNER_TEMP": str(temp),
+    }
+    done = subprocess.run(
+        ["bash", "-c", _action_step("Run the gate")],
+        cwd=hostile,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    _assert_safe_lines(done.stdout, "step stdout")
+    _assert_safe_lines(done.stderr, "step stderr")
+    results = json.loads(sarif.read_bytes())["runs"][0]["results"]
+    assert len(results) == len(HOSTILE_NAMES)
+    text = _assert_safe_lines(summary.read_bytes(), "summary")
+    _assert_inert_markdown(text, DEMO_FILES + len(HOSTILE_NAMES))
 
 
 def test_bundle_report_with_a_hostile_bundle_path(demo: DemoResult, tmp_path: Path) -> None:
