@@ -32,6 +32,7 @@ from harness.verify.layout import (
     attestation_member,
     checkpoint_member,
     consistency_member,
+    key_member,
     quarantine_member,
     store_member,
     tar_header_bytes,
@@ -551,14 +552,12 @@ def test_checkpoint_signature_failure_names_no_member(small: tuple[bytes, Operat
 # ---------------------------------------------------------------- verifier §3.10: read errors
 
 
-def _unreadable(report: Report, check: str) -> None:
-    """A member over its kind's limit is *unreadable*, never *invalid* (verifier.md §3.10).
-
-    Which check reports it is being changed by the single-pass reader (helper A: limits by
-    kind are applied as the header arrives, under ``archive``); both are accepted here until
-    that lands, the status is what this erratum fixes."""
+def _unreadable(report: Report, member: str) -> None:
+    """A member over its kind's limit is an ``archive`` failure, *unreadable*, located at the
+    member (verifier.md §3.0, §3.10); earlier drafts said *invalid* under the reading check."""
     assert report.status.value == "unreadable", (report.status, report.failure)
-    assert report.failure is not None and report.failure.check in (check, "archive")
+    assert report.failure is not None and report.failure.check == "archive", report.failure
+    assert (report.failure.member, report.failure.line, report.failure.seq) == (member, None, None)
 
 
 def test_oversized_proof_member_is_unreadable(small: tuple[bytes, OperatorKeys]) -> None:
@@ -569,7 +568,7 @@ def test_oversized_proof_member_is_unreadable(small: tuple[bytes, OperatorKeys])
     def edit(bundle: Bundle) -> None:
         bundle.members[member] = bundle.members[member] + b" " * (1 << 20)
 
-    _unreadable(_verify(_edited(data, keys, edit), keys), "consistency-proofs")
+    _unreadable(_verify(_edited(data, keys, edit), keys), member)
 
 
 def test_oversized_receipt_member_is_unreadable(full: tuple[bytes, OperatorKeys]) -> None:
@@ -577,7 +576,7 @@ def test_oversized_receipt_member_is_unreadable(full: tuple[bytes, OperatorKeys]
     bundle = Bundle.from_tar(data, keys)
     member = sorted(n for n in bundle.members if "/receipts/" in n)[0]
     bundle.members[member] = bundle.members[member] + b" " * (4 << 20)
-    _unreadable(_verify(bundle.resign(), keys), "receipts")
+    _unreadable(_verify(bundle.resign(), keys), member)
 
 
 # ---------------------------------------------------------------- erratum 6: runtime.md §2
@@ -712,3 +711,38 @@ def test_receipt_version_true_is_refused(full: tuple[bytes, OperatorKeys]) -> No
     doc["v"] = True
     bundle.members[member] = canonical_bytes(doc)
     _refused(_verify(bundle.resign(), keys), "receipts", member)
+
+
+def test_truncated_member_data_names_the_member(small: tuple[bytes, OperatorKeys]) -> None:
+    data, keys = small
+    cut = data.index(b'{"body"') + 10  # inside the first store line
+    report = _verify(data[:cut], keys)
+    assert report.status.value == "unreadable"
+    assert report.failure is not None and report.failure.check == "archive"
+    assert report.failure.member == store_member(RUN_ID, "audit")
+
+
+def test_other_archive_failures_name_no_member(small: tuple[bytes, OperatorKeys]) -> None:
+    data, keys = small
+    report = _verify(data + bytes(10240), keys)  # one record of zeros too many
+    assert report.status.value == "unreadable"
+    assert report.failure is not None and report.failure.check == "archive"
+    assert (report.failure.member, report.failure.line, report.failure.seq) == (None, None, None)
+
+
+def test_bad_key_file_names_the_key_member(small: tuple[bytes, OperatorKeys]) -> None:
+    data, keys = small
+    bundle = Bundle.from_tar(data, keys)
+    member = key_member(keys.key_id)
+    bundle.members[member] = make_keys(9).note_signer().verifier_key().encode() + b"\n"
+    report = _verify(bundle.tar(), keys)  # manifest.sig verifies only under the real key
+    _refused(report, "manifest-signature", member)
+
+
+def test_manifest_signer_other_than_key_file_names_no_member(
+    small: tuple[bytes, OperatorKeys],
+) -> None:
+    data, keys = small
+    other = make_keys(9).note_signer().verifier_key()
+    forged = Bundle.from_tar(data, keys).resign(update=lambda m: m.update(signer=other))
+    _refused(_verify(forged, keys), "manifest-signature", None)
