@@ -746,3 +746,20 @@ def test_manifest_signer_other_than_key_file_names_no_member(
     other = make_keys(9).note_signer().verifier_key()
     forged = Bundle.from_tar(data, keys).resign(update=lambda m: m.update(signer=other))
     _refused(_verify(forged, keys), "manifest-signature", None)
+
+
+def test_two_broken_stores_report_the_first_in_archive_order(
+    full: tuple[bytes, OperatorKeys],
+) -> None:
+    """verifier.md §2/§3.4: stores are checked in archive order (audit, control, lineage,
+    replay), so with control and lineage both broken, control is the failure reported."""
+    data, keys = full
+
+    def edit(bundle: Bundle) -> None:
+        for store in ("lineage", "control"):
+            lines = bundle.store(store)
+            lines[0] = lines[0].replace(b'{"', b'{ "', 1)
+            bundle.set_store(store, lines)
+
+    report = _verify(_edited(data, keys, edit), keys)
+    _refused(report, "records", store_member(RUN_ID, "control"))
