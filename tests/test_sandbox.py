@@ -334,3 +334,24 @@ def test_default_layout_keeps_keys_and_worktrees_apart(tmp_path: Path) -> None:
     link = tmp_path / "innocent"
     link.symlink_to(repo / ".harness", target_is_directory=True)
     assert "inside the repository" in str(key_layout_problem(link / "keys", repo))
+
+
+def test_recorded_profiles_match_the_schema(tmp_path: Path) -> None:
+    import jsonschema
+
+    schema = json.loads(
+        (Path(__file__).parents[1] / "schemas" / "sandbox-profile.schema.json").read_text()
+    )
+    validator = jsonschema.Draft202012Validator(schema)
+    for name, settings in (("a", Settings()), ("b", Settings(opt_out=True))):
+        runtime, audit = _run(tmp_path / name, _plan("scripted"), settings)
+        runtime.run()
+        records = _audit(audit)
+        profiles = [
+            r["body"]["sandbox"] for r in records if r["kind"] in ("run.start", "agent.spawn")
+        ]
+        assert len(profiles) == 2
+        for profile in profiles:
+            validator.validate(profile)
+    bad = {**profiles[0], "kind": "none", "network": False}
+    assert not validator.is_valid(bad)  # no sandbox can never claim "no network"
