@@ -267,3 +267,22 @@ def test_property_covered_iff_a_contiguous_chain_links_base_to_head(
     coverage = judge_transition(base, head, actions)
     expected = bool(actions) and head == chain[-1] and base in chain[:-1]
     assert coverage.covered is expected, (base, head, chain, coverage.reason)
+
+
+def test_the_gate_reads_the_bundle_once_and_judges_the_bytes_it_verified(
+    made: Made, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 9 §2: no second read (before: verify, then reopen the path and fold it again, so
+    a bundle swapped in between was judged unverified)."""
+    opened: list[str] = []
+    real_open = Path.open
+
+    def spy(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == made.bundle:
+            opened.append(str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", spy)
+    report = made.gate()
+    assert report.passed, report.reason
+    assert opened == [str(made.bundle)]

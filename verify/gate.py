@@ -28,12 +28,13 @@ external diff or textconv, and no ``GIT_*`` variable inherited from the caller (
 from __future__ import annotations
 
 import hashlib
+import io
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from .archive import ArchiveError, open_bundle_archive
 from .errors import VerificationError
 from .gatecover import (
     BROKEN_HISTORY,
@@ -226,34 +227,40 @@ class BundleHistory:
     base_commits: dict[str, str | None] = field(default_factory=dict)
 
 
-def bundle_history(bundle: Path, run_ids: list[str]) -> BundleHistory:
-    """Fold the audit and lineage stores of a verified bundle into merged path histories."""
+def _stores_kept(name: str) -> bool:
+    """The members the gate folds: every run's audit and lineage store."""
+    return name.startswith("runs/") and name.endswith(
+        ("/stores/audit.jsonl", "/stores/lineage.jsonl")
+    )
+
+
+def bundle_history(members: Mapping[str, bytes], run_ids: list[str]) -> BundleHistory:
+    """Fold the verified audit and lineage stores of a bundle into merged path histories.
+
+    ``members`` are the bytes the verification read (``verify_bundle_contents``): the gate
+    never reopens the bundle, so it judges exactly the bytes that were verified.
+    """
     history = BundleHistory()
-    with open_bundle_archive(bundle) as archive:
-        for run_id in run_ids:
-            merges = MergeFacts()
-            base_commit: str | None = None
-            member = store_member(run_id, "audit")
-            with archive.open(member) as stream:
-                for line in iter_store_lines(stream, member):
-                    record = parse_record_line(line, "audit", run_id)
-                    merges.apply(record.kind, record.body)
-                    if record.kind == "run.start":
-                        base_commit = str(record.body["base_commit"])
-            history.base_commits[run_id] = base_commit
-            merged = merges.merged_tasks()
-            member = store_member(run_id, "lineage")
-            with archive.open(member) as stream:
-                for line in iter_store_lines(stream, member):
-                    record = parse_record_line(line, "lineage", run_id)
-                    if record.kind not in ("artifact.write", "artifact.delete"):
-                        continue
-                    if merged is not None and record.body.get("task") not in merged:
-                        continue
-                    action = action_from_record(
-                        run_id, record.kind, record.seq, record.time, record.body
-                    )
-                    history.actions.setdefault(action.path, []).append(action)
+    for run_id in run_ids:
+        merges = MergeFacts()
+        base_commit: str | None = None
+        member = store_member(run_id, "audit")
+        for line in iter_store_lines(io.BytesIO(members[member]), member):
+            record = parse_record_line(line, "audit", run_id)
+            merges.apply(record.kind, record.body)
+            if record.kind == "run.start":
+                base_commit = str(record.body["base_commit"])
+        history.base_commits[run_id] = base_commit
+        merged = merges.merged_tasks()
+        member = store_member(run_id, "lineage")
+        for line in iter_store_lines(io.BytesIO(members[member]), member):
+            record = parse_record_line(line, "lineage", run_id)
+            if record.kind not in ("artifact.write", "artifact.delete"):
+                continue
+            if merged is not None and record.body.get("task") not in merged:
+                continue
+            action = action_from_record(run_id, record.kind, record.seq, record.time, record.body)
+            history.actions.setdefault(action.path, []).append(action)
     return history
 
 
@@ -302,12 +309,13 @@ def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) 
 
     Raises GateUsageError when ``repo`` is not a git repository or a ref names no commit.
     """
-    from .bundle import verify_bundle
+    from .bundle import verify_bundle_contents
 
     base_id = resolve_commit(repo, base)
     head_id = resolve_commit(repo, head)
     changes = changed_files(repo, base_id, head_id)
-    verified: Report = verify_bundle(bundle, pins=pins)
+    contents = verify_bundle_contents(bundle, keep=_stores_kept, pins=pins)
+    verified: Report = contents.report
     report = GateReport(
         passed=False,
         bundle_status=verified.status,
@@ -335,10 +343,11 @@ def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) 
         return report
     run_ids = sorted({store.run for store in verified.stores})
     try:
-        history = bundle_history(bundle, run_ids)
-    except (ArchiveError, VerificationError, OSError) as exc:  # changed since it was verified
-        report.bundle_status = Status.UNREADABLE
-        report.reason = f"bundle unreadable on second pass: {exc}"
+        history = bundle_history(contents.members, run_ids)
+    except (KeyError, VerificationError) as exc:  # cannot happen for verified members
+        report.bundle_status = Status.INVALID
+        report.passed = False
+        report.reason = f"verified stores could not be folded: {exc}"
         return report
     in_history = _runs_in_history(repo, head_id, history)
     oids = sorted(
