@@ -1,0 +1,167 @@
+"""Bounded mutation testing of ``verify/`` with mutmut 3 (docs/testing.md). Not run by CI.
+
+    python -m tests.mutation [--minutes 15] [--jobs 2] [MODULE ...]
+
+MODULE is a file under verify/ (default: the core modules in ``CORE``). The run mutates only
+those files and runs only the test files listed for them in ``TESTS`` (mutmut first runs them
+all once to learn which test covers which function, then runs, per mutant, the tests that
+cover the mutated function). It stops after ``--minutes`` and prints one JSON line: the counts,
+the score (killed / (killed + survived + timeout-free survivors)) and the surviving mutants.
+
+Why a staging copy: our packages are mapped with setuptools ``package-dir`` (folder verify/ is
+the module ``harness.verify``), and mutmut names mutants, and matches test coverage to them, by
+the module path it derives from a file's path. So the run copies the packages into a src
+layout (``<work>/src/harness/verify/...``) where file path and module name agree, with the
+repository's ``[tool.mutmut]`` settings plus the module and test selection of this run. The
+work tree is never touched (safe in a shared checkout); results stay in ``<work>/mutants``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"verify": "verify", "receipts": "receipts", "orchestrate": "orchestrate"}
+CORE = ["verify/chain.py", "verify/merkle.py", "verify/note.py", "verify/canonical.py"]
+# Per module, the test files that exercise it directly (fast ones; no demo runs).
+TESTS: dict[str, list[str]] = {
+    "verify/chain.py": ["tests/test_chain.py", "tests/test_storecheck.py"],
+    "verify/merkle.py": [
+        "tests/test_merkle_properties.py",
+        "tests/test_merkle_vectors.py",
+        "tests/test_cose.py",
+    ],
+    "verify/note.py": ["tests/test_note.py", "tests/test_note_vectors.py"],
+    "verify/canonical.py": ["tests/test_canonical.py", "tests/test_records.py"],
+    "verify/checkpoint.py": ["tests/test_note.py", "tests/test_note_vectors.py"],
+    "verify/cose.py": ["tests/test_cose.py", "tests/test_cose_vectors.py"],
+    "verify/dsse.py": ["tests/test_dsse.py", "tests/test_dsse_vectors.py"],
+    "verify/intoto.py": ["tests/test_intoto.py", "tests/test_dsse_vectors.py"],
+    "verify/records.py": ["tests/test_records.py", "tests/test_store.py"],
+    "verify/storecheck.py": ["tests/test_storecheck.py", "tests/test_store.py"],
+}
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _pyproject(settings: dict[str, Any]) -> str:
+    """The repository's pyproject.toml with its [tool.mutmut] table replaced by ``settings``."""
+    lines = (ROOT / "pyproject.toml").read_text(encoding="utf-8").splitlines()
+    kept: list[str] = []
+    skipping = False
+    for line in lines:
+        if line.startswith("["):
+            skipping = line.strip() == "[tool.mutmut]"
+        if not skipping:
+            kept.append(line)
+    table = ["[tool.mutmut]", *(f"{k} = {_toml_value(v)}" for k, v in settings.items())]
+    return "\n".join([*kept, "", *table, ""])
+
+
+def stage(work: Path, modules: list[str]) -> Path:
+    """Lay out ``work`` as src/harness/{verify,receipts,orchestrate,...} + tests/ + pyproject."""
+    if work.exists():
+        shutil.rmtree(work)
+    target = work / "src" / "harness"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "src" / "harness", target, ignore=ignore)
+    for name, folder in PACKAGES.items():
+        shutil.copytree(ROOT / folder, target / name, ignore=ignore)
+    shutil.copytree(ROOT / "schemas", target / "schemas", ignore=ignore)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    base = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    settings: dict[str, Any] = dict(base["tool"]["mutmut"])
+    settings["only_mutate"] = [f"src/harness/{m}" for m in modules]
+    tests = sorted({t for m in modules for t in TESTS.get(m, ["tests/"])})
+    settings["pytest_add_cli_args_test_selection"] = tests
+    (work / "pyproject.toml").write_text(_pyproject(settings), encoding="utf-8")
+    return work
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run(work: Path, minutes: float, jobs: int) -> dict[str, Any]:
+    mutmut = [sys.executable, "-m", "mutmut"]
+    started = time.monotonic()
+    with subprocess.Popen(
+        [*mutmut, "run", "--max-children", str(jobs)],
+        cwd=work,
+        env=_env(),
+        start_new_session=True,
+    ) as proc:
+        try:
+            proc.wait(timeout=minutes * 60)
+            finished = True
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+            finished = False
+    elapsed = round(time.monotonic() - started)
+    results = subprocess.run(
+        [*mutmut, "results", "--all", "true"],
+        cwd=work,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    status: dict[str, list[str]] = {}
+    for line in results.splitlines():
+        name, sep, outcome = line.strip().rpartition(": ")
+        if sep:
+            status.setdefault(outcome.strip(), []).append(name)
+    killed = len(status.get("killed", []))
+    survived = status.get("survived", [])
+    scored = killed + len(survived)
+    return {
+        "finished": finished,
+        "seconds": elapsed,
+        "counts": {k: len(v) for k, v in sorted(status.items())},
+        "score": round(killed / scored, 4) if scored else None,
+        "survived": sorted(survived),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", default=CORE, help="files under verify/")
+    parser.add_argument("--minutes", type=float, default=15.0, help="stop after this long")
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run in parallel")
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "mutation")
+    args = parser.parse_args(argv)
+    for module in args.modules:
+        if not (ROOT / module).is_file() or not module.startswith("verify/"):
+            parser.error(f"not a module under verify/: {module}")
+    work = stage(args.work.resolve(), args.modules)
+    summary = run(work, args.minutes, args.jobs)
+    summary["modules"] = args.modules
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
