@@ -43,7 +43,8 @@ OTHER_ID = key_id(OTHER_RAW)
 
 needs_non_root = pytest.mark.skipif(
     hasattr(os, "geteuid") and os.geteuid() == 0,
-    reason="running as root: file permissions are not enforced, so the test is meaningless",
+    reason="running as root: file permissions are not enforced, so the test is meaningless "
+    "(its twin in test_permissions_unprivileged.py runs as nobody)",
 )
 
 
