@@ -763,3 +763,25 @@ def test_two_broken_stores_report_the_first_in_archive_order(
 
     report = _verify(_edited(data, keys, edit), keys)
     _refused(report, "records", store_member(RUN_ID, "control"))
+
+
+def test_manifest_density_rule_names_the_manifest(small: tuple[bytes, OperatorKeys]) -> None:
+    """verifier.md §3.2 step 6: more than 256 + size/8 of ``,[{:`` bytes is refused (signed)."""
+    data, keys = small
+    padded = Bundle.from_tar(data, keys).resign(
+        update=lambda m: m.update(producer="harness-verify " + ":" * 4000)
+    )
+    _refused(_verify(padded, keys), "manifest-signature", "manifest.json")
+    fine = Bundle.from_tar(data, keys).resign(
+        update=lambda m: m.update(producer="harness-verify " + ":" * 200)
+    )
+    report = _verify(fine, keys)  # within the rule: now only the run summaries disagree
+    assert report.failure is None or report.failure.check != "manifest-signature"
+
+
+def test_third_member_must_be_the_key_file(small: tuple[bytes, OperatorKeys]) -> None:
+    """An extra member sorting before ``keys/`` is no longer a ``members`` failure."""
+    data, keys = small
+    bundle = Bundle.from_tar(data, keys)
+    bundle.members["a.txt"] = b"x"
+    _refused(_verify(bundle.resign(), keys), "manifest-signature", None)
