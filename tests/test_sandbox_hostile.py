@@ -61,6 +61,10 @@ def read(path):
 
 for path in info["key_files"]:
     attempt(f"read {path}", lambda p=path: read(p))
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:  # other processes' roots
+        attempt(f"read /proc/{pid}/root{path}", lambda p=f"/proc/{pid}/root{path}": read(p))
+attempt("read through the git folder",
+        lambda: read(os.path.join(info["git_dir"], "..", ".harness", "runs")))
 
 NAMES = {"signing.key", "hmac.key", "signing.pub", "signing.vkey", "audit.jsonl",
          "lineage.jsonl", "replay.jsonl", "control.jsonl"}
