@@ -223,3 +223,18 @@ def test_doctor_reports_cli_versions(tmp_path: Path, monkeypatch: pytest.MonkeyP
     checks = {c.name: c for c in run_checks(repo, clis=("claude",))}
     assert checks["cli:claude"].status == "info"
     assert checks["cli:claude"].detail == f"{tool}: 2.0.1 (Claude Code)"
+
+
+def test_run_records_the_sandbox_and_the_explicit_opt_out(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (tmp_path / "plan.toml").write_text(PLAN)
+    assert _harness("init", cwd=repo).returncode == 0
+    for run_id, flags, kind, opt_out in (("boxed", (), "bwrap", False),
+                                         ("open", ("--no-sandbox",), "none", True)):  # fmt: skip
+        ran = _harness("run", tmp_path / "plan.toml", "--run", run_id, *flags, cwd=repo)
+        assert ran.returncode == 0, ran.stderr
+        audit = repo / ".harness" / "runs" / run_id / "audit.jsonl"
+        records = [parse_canonical(line) for line in audit.read_bytes().splitlines()]
+        spawns = [r["body"]["sandbox"] for r in records if r["kind"] == "agent.spawn"]
+        assert spawns and all((s["kind"], s["opt_out"]) == (kind, opt_out) for s in spawns)
