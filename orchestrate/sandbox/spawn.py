@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.receipts.keys import repo_id
+from harness.receipts.keys import default_keys_dir, repo_id
 
 from .build import Bind, Settings, build_profile, support_for
 from .bwrap import Support, bwrap_argv
 from .env import sandbox_env
-from .profile import Profile
+from .profile import Profile, Role
 
 __all__ = ["BatchDirs", "Sandbox", "default_work_root", "git_common_dir", "repo_id"]
 
@@ -93,7 +93,7 @@ class Sandbox:
         cls, settings: Settings, *, repo: Path, state_dir: Path, keys_dir: Path | None
     ) -> Sandbox:
         hidden = [Path.home(), state_dir]
-        secret = [keys_dir] if keys_dir is not None else []
+        secret = [keys_dir if keys_dir is not None else default_keys_dir(repo)]
         try:
             git_dir: Path | None = git_common_dir(repo)
         except (OSError, subprocess.CalledProcessError):
@@ -145,7 +145,7 @@ class Sandbox:
         *,
         programs: Sequence[str] = (),
         files: Sequence[str] = (),
-        role: str = "gate",
+        role: Role = "gate",
     ) -> tuple[Profile, dict[str, str]]:
         """Profile and environment of a gate (or auditor): everything read-only, no network,
         a fresh empty HOME, no bytecode writes (the worktree is read-only)."""
@@ -154,7 +154,7 @@ class Sandbox:
             binds.append(Bind(self.git_dir, False, "git"))
         env = sandbox_env(self.host_env, home=home, fixed={"PYTHONDONTWRITEBYTECODE": "1"})
         profile = build_profile(
-            role="auditor" if role == "auditor" else "gate", support=self.support,
+            role=role, support=self.support,
             settings=self.settings, workdir=worktree, binds=binds, home=home,
             home_writable=False, network=False, env_names=list(env), hidden=self.hidden,
             secret=self.secret, confine=self.confine, programs=programs, files=files,
