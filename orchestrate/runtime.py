@@ -16,6 +16,7 @@ so nothing is duplicated and nothing acknowledged is lost.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -435,6 +436,8 @@ class Runtime:
         finally:
             git.remove_worktree(self.repo, worktree, force=True)
             shutil.rmtree(dirs.root, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the run's work folder, once empty
+                self.work.rmdir()
 
     def _agent_and_merge(
         self, batch: Batch, tasks: list[TaskSpec], worktree: Path, branch: str, base: str
