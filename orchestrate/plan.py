@@ -461,9 +461,7 @@ def _parse_commands(value: object) -> dict[str, CommandSpec]:
         command = _list(table["command"], _join(key, "command"))
         if not command:
             raise PlanError(_join(key, "command"), "must be a non-empty argv list")
-        argv = tuple(
-            _str(item, f"{_join(key, 'command')}[{i}]") for i, item in enumerate(command)
-        )
+        argv = tuple(_str(item, f"{_join(key, 'command')}[{i}]") for i, item in enumerate(command))
         env = _unique_strs(table.get("env", []), _join(key, "env"), _env_name)
         model = _str(table["model"], _join(key, "model")) if "model" in table else None
         out[name] = CommandSpec(name=name, command=argv, env=env, model=model)
