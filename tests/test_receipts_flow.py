@@ -259,7 +259,7 @@ def _flip_hex(value: str) -> str:
         (lambda d: d.update(signer=make_keys(3).note_signer().verifier_key()), "checkpoint"),
         (lambda d: d.update(run="run-2"), "not this run's lineage"),
         (lambda d: d.update(cose=d["cose"][:-8] + "AAAAAAA="), "COSE"),
-        (lambda d: d.update(v=2), "unsupported receipt"),
+        (lambda d: d.update(v=1), "unsupported receipt"),
         (lambda d: d.update(extra=1), "members must be"),
     ],
 )

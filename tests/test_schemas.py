@@ -333,7 +333,11 @@ RECEIPT_MUTATIONS: dict[str, Callable[[Doc], object]] = {
     "extra member": lambda d: d.update(extra=1),
     "missing cose": lambda d: d.pop("cose"),
     "format": lambda d: d.update(format="harness-verify/receipt"),
-    "v 2": lambda d: d.update(v=2),
+    "v 1": lambda d: d.update(v=1),
+    "missing final": lambda d: d.pop("final"),
+    "final of another log": lambda d: d.update(
+        final=d["final"].replace("/final-artifact\n", "/lineage\n")
+    ),
     "negative leaf_index": lambda d: d.update(leaf_index=-1),
     "leaf_index as text": lambda d: d.update(leaf_index="0"),
     "tree_size 0": lambda d: d.update(tree_size=0),
@@ -352,7 +356,9 @@ EXPECTED_KEYWORD: dict[str, str] = {
     "extra member": "additionalProperties",
     "missing cose": "required",
     "format": "const",
-    "v 2": "const",
+    "v 1": "const",
+    "missing final": "required",
+    "final of another log": "pattern",
     "negative leaf_index": "minimum",
     "leaf_index as text": "type",
     "tree_size 0": "minimum",
@@ -487,9 +493,11 @@ def test_mutated_statements_are_rejected(mutation: str) -> None:
 def _report(**changes: object) -> Doc:
     report: Doc = {
         "artifact": "src/a.py",
+        "certifies": "src/a.py is the final write of its path in run run-1",
         "exit_code": 0,
         "format": "harness-verify/receipt-report",
         "leaf_index": 0,
+        "mode": "100644",
         "name": "src/a.py",
         "reason": "",
         "receipt": "r.json",
