@@ -98,9 +98,15 @@ class Change:
     old_path: str | None
     """Always None here (renames are not detected; see the module docstring)."""
     sha256: str | None
-    """sha256 (hex) of the committed content at head; None when deleted (or a submodule)."""
+    """sha256 (hex) of the committed content at head (of a symlink: its target text; of a
+    gitlink: the commit id as hex text); None when deleted."""
     old_sha256: str | None
-    """sha256 (hex) of the committed content at base; None when added (or a submodule)."""
+    """sha256 (hex) of the committed content at base; None when added."""
+    mode: str | None = None
+    """Git file mode at head ("100644", "100755", "120000" symlink, "160000" gitlink); None
+    when deleted."""
+    old_mode: str | None = None
+    """Git file mode at base; None when added."""
 
 
 @dataclass(frozen=True)
@@ -285,8 +291,9 @@ def changed_files(repo: Path, base: str, head: str) -> list[Change]:
 
     Computed from git's own tree diff (``git diff --raw -z --no-renames``) and the committed
     blob contents, so it sees every change whatever the agent did or claims. Digests are of
-    the committed content (what a merge carries). A file whose type changed (e.g. a regular
-    file replaced by a symlink) is "modified". Submodule entries get no digests.
+    the committed content (what a merge carries), and modes are git's, so a ``chmod +x`` or a
+    file replaced by a symlink is a change with its own mode. A file whose type changed is
+    "modified".
     """
     raw = _git(
         repo, "diff", "--raw", "-z", "--no-renames", "--no-abbrev", "--no-ext-diff",
@@ -313,9 +320,14 @@ def changed_files(repo: Path, base: str, head: str) -> list[Change]:
     blobs = _cat_blobs(repo, wanted)
 
     def digest(oid: str, mode: str) -> str | None:
-        if _is_null(oid) or mode == _GITLINK:
+        if _is_null(oid):
             return None
+        if mode == _GITLINK:  # a submodule's entry is a commit id, not a blob of this repo
+            return hashlib.sha256(oid.encode("ascii")).hexdigest()
         return hashlib.sha256(blobs[oid]).hexdigest()
+
+    def mode_of(oid: str, mode: str) -> str | None:
+        return None if _is_null(oid) else mode
 
     statuses: Mapping[str, ChangeStatus] = {
         "A": "added",
@@ -334,6 +346,8 @@ def changed_files(repo: Path, base: str, head: str) -> list[Change]:
                 old_path=None,
                 sha256=digest(new_oid, new_mode),
                 old_sha256=digest(old_oid, old_mode),
+                mode=mode_of(new_oid, new_mode),
+                old_mode=mode_of(old_oid, old_mode),
             )
         )
     return sorted(changes, key=lambda c: c.path)

@@ -133,8 +133,8 @@ def bundle_command(
     policy: Annotated[
         Path | None,
         typer.Option(
-            help="Policy file (default: harness-verify.toml or \\[tool.harness-verify] "
-            "in pyproject.toml, searched from the working directory up to the repository root)."
+            help="Policy file ([trust] keys = [...]). Without --trusted-key or --policy nothing "
+            "is pinned: nothing is read from the working directory (exit 3 if unpinned)."
         ),
     ] = None,
     hmac_key: Annotated[
@@ -236,7 +236,14 @@ def gate_command(
         list[str] | None,
         typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
     ] = None,
-    policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            help="Policy file (as for bundle). Default: harness-verify.toml or "
+            "\\[tool.harness-verify] in pyproject.toml as committed on --base, never the "
+            "working tree; paths inside the checkout are read from --base."
+        ),
+    ] = None,
     fmt: Annotated[GateFormat, typer.Option("--format", help="Report format.")] = GateFormat.TEXT,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the report here, not stdout.")
@@ -248,18 +255,22 @@ def gate_command(
 ) -> None:
     """Merge gate: pass only if every file changed between --base and --head is covered by a
     merged, attested agent write (or delete) in a verified bundle signed by a pinned key."""
-    from .gate import GateUsageError, run_gate
+    from .basepolicy import resolve_gate_policy
+    from .gate import GateUsageError, resolve_commit, run_gate
     from .gate_render import render_gate, render_gate_text, render_markdown
 
     cwd = Path.cwd()
     where = cwd if repo is None else (repo if repo.is_absolute() else cwd / repo)
     try:
-        pins = resolve_policy(trusted_key or [], policy, where if repo is not None else cwd)
+        # Pins come from outside the change: flags, an explicit policy, or the base ref's
+        # policy; any file inside the checkout is read as committed on the base ref.
+        pins = resolve_gate_policy(
+            trusted_key or [], policy, where, resolve_commit(where, base), where
+        )
+        report = run_gate(where, base, head, bundle, pins)
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
-    try:
-        report = run_gate(where, base, head, bundle, pins)
     except GateUsageError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
