@@ -80,7 +80,7 @@ def build(folder: Path, artifacts: int) -> tuple[dict[str, bytes], OperatorKeys]
     state = folder / "state"
     paths = [f"src/module_{i % 37}/file_{i}.py" for i in range(artifacts)]
     with RunRecorder(state, RUN, keys) as run:
-        run.record("audit", "run.start", {"plan": "bench", "producer": "bench"})
+        run.record("audit", "event", {"name": "run.begin", "data": {"plan": "bench"}})
         lineage = run.store("lineage")
         lineage.append_many(
             ("artifact.write", _body(path, 0, step)) for step, path in enumerate(paths)
