@@ -28,7 +28,7 @@ Each refusal names the record, the task and the rule.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,8 +41,6 @@ from .rules import integrity, trifecta
 
 PLAN_FORMAT: Final = "harness-verify/plan"
 PLAN_VERSION: Final = 1
-PLAN_LIMIT: Final = 64 << 20
-"""A plan member longer than this (64 MiB) is refused before it is read."""
 
 
 def listed_plan_member(run_id: str, listed: Container[str]) -> list[str]:
@@ -50,14 +48,6 @@ def listed_plan_member(run_id: str, listed: Container[str]) -> list[str]:
     from the records: exactly the runs with a ``run.start`` carry one)."""
     name = plan_member(run_id)
     return [name] if name in listed else []
-
-
-def read_plan(
-    run_id: str, present: Container[str], read_small: Callable[[str, int], bytes]
-) -> bytes | None:
-    """The run's plan member's bytes (None when the bundle has none)."""
-    name = plan_member(run_id)
-    return read_small(name, PLAN_LIMIT) if name in present else None
 
 
 class PolicyError(VerificationError):
