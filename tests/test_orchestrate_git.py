@@ -70,6 +70,9 @@ def test_init_repo(tmp_path: Path) -> None:
         git.head(bare)
 
 
+R = "100644"
+
+
 def test_worktree_commit_and_changed_files(repo: Path, tmp_path: Path) -> None:
     base = git.head(repo)
     wt = tmp_path / "wt"
@@ -95,12 +98,12 @@ def test_worktree_commit_and_changed_files(repo: Path, tmp_path: Path) -> None:
 
     changes = git.changed_files(repo, base, tip)
     assert changes == [
-        Change("a.txt", "modified", None, sha("alpha 2\n"), sha("alpha\n")),
-        Change("b.txt", "deleted", None, None, sha("beta\n")),
-        Change("bin/blob.dat", "added", None, sha(binary), None),
-        Change("moved.txt", "added", None, sha("rename me\n"), None),
-        Change("new.txt", "added", None, sha("new\n"), None),
-        Change("old.txt", "deleted", None, None, sha("rename me\n")),
+        Change("a.txt", "modified", None, sha("alpha 2\n"), sha("alpha\n"), R, R),
+        Change("b.txt", "deleted", None, None, sha("beta\n"), None, R),
+        Change("bin/blob.dat", "added", None, sha(binary), None, R, None),
+        Change("moved.txt", "added", None, sha("rename me\n"), None, R, None),
+        Change("new.txt", "added", None, sha("new\n"), None, R, None),
+        Change("old.txt", "deleted", None, None, sha("rename me\n"), None, R),
     ]
     assert (wt / "bin/blob.dat").read_bytes() == binary
 
@@ -283,7 +286,9 @@ def test_changed_files_odd_paths_modes_and_symlinks(repo: Path, tmp_path: Path) 
     tip = git.commit_all(wt, "odd", date=DATE)
     assert tip is not None
     assert git.changed_files(repo, base, tip) == [
-        Change("a.txt", "modified", None, sha("alpha\n"), sha("alpha\n")),
-        Change("link", "added", None, sha("dir/keep.txt"), None),  # a link's blob is its target
-        Change(odd, "added", None, sha("odd\n"), None),
+        # mode change only: the same content digest, the modes tell the change
+        Change("a.txt", "modified", None, sha("alpha\n"), sha("alpha\n"), "100755", R),
+        # a link's blob is its target text; its mode says it is a link
+        Change("link", "added", None, sha("dir/keep.txt"), None, "120000", None),
+        Change(odd, "added", None, sha("odd\n"), None, R, None),
     ]
