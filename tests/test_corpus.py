@@ -97,6 +97,9 @@ class Ran:
     """Peak resident set size of the process, in bytes."""
     seconds: float
     """Wall-clock time from spawn to exit."""
+    cpu_seconds: float
+    """CPU time of the process (user + system): what the budget is checked on, since the
+    wall clock of a test on a shared machine measures the other jobs too."""
 
 
 def run_cli(
@@ -134,6 +137,7 @@ def run_cli(
             err.read().decode("utf-8", "replace"),
             int(reported) * 1024 if reported else usage.ru_maxrss * 1024,
             seconds,
+            usage.ru_utime + usage.ru_stime,
         )
 
 
@@ -186,7 +190,7 @@ def test_cli_rejects_hostile_input(corpus: dict[str, Case], name: str) -> None:
 
 def _assert_within_budget(path: Path, ran: Ran) -> None:
     assert path.stat().st_size <= 10_000_000, "the budget is for inputs of at most 10 MB"
-    assert ran.seconds <= BUDGET_SECONDS, f"{path.name}: {ran.seconds:.1f} s"
+    assert ran.cpu_seconds <= BUDGET_SECONDS, f"{path.name}: {ran.cpu_seconds:.1f} s CPU"
     assert ran.max_rss <= BUDGET_RSS, f"{path.name}: peak RSS {ran.max_rss >> 20} MiB"
 
 
@@ -413,5 +417,5 @@ def test_gzip_costs_no_more_than_tar(costly: dict[str, Path], shape: str) -> Non
         assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
         if path.stat().st_size <= 10_000_000:  # the .tar of 3000 receipts weighs ~15 MB
             _assert_within_budget(path, ran)
-        timings[suffix] = ran.seconds
+        timings[suffix] = ran.cpu_seconds
     assert timings[".tar.gz"] <= 1.5 * timings[".tar"] + 0.5, timings

@@ -31,46 +31,50 @@ import hashlib
 import io
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import IO, BinaryIO, Final
 
 from .archive import ArchiveError, ArchiveReader, Limits, Member, open_source
-from .canonical import parse_canonical
+from .bundlehead import (
+    HashingMember,
+    HeadError,
+    limit_for,
+    open_signed_manifest,
+    read_member,
+)
+from .bundleruns import (
+    RunState,
+    check_consistency,
+    check_quarantine,
+    compare_claim,
+    small_member,
+    store_checkpoints,
+)
 from .chain import MacChain, derive_store_key
-from .checkpoint import Checkpoint
 from .errors import (
     CheckpointError,
-    ConsistencyProofError,
     MacMismatchError,
-    NoteError,
     SchemaError,
     VerificationError,
 )
-from .keyids import key_id
 from .layout import (
     ATTESTATIONS,
-    MANIFEST,
-    MANIFEST_SIG,
     attestation_member,
     checkpoint_member,
     consistency_member,
     key_member,
-    manifest_note_text,
     plan_member,
     quarantine_member,
     receipt_member,
     store_member,
 )
 from .lineage import FOLD_ORDER
-from .manifest import Manifest, RunClaim, UnsupportedBundleError, parse_manifest
-from .merkle import verify_consistency
-from .note import open_note_signed_once, parse_verifier_key
+from .manifest import Manifest
 from .policy import EMPTY_POLICY, TrustPolicy
 from .policycheck import listed_plan_member
-from .receipt import MAX_RECEIPT_BYTES
-from .records import HEX64_RE, STORES, Record, split_mac
+from .records import STORES, Record, split_mac
 from .report import (
     CHECK_HINTS,
     CHECK_ORDER,
@@ -82,29 +86,14 @@ from .report import (
     StoreSummary,
     failed_report,
 )
-from .runcheck import open_checkpoints
-from .runreceipts import ENVELOPE_LIMIT, check_run_receipts
-from .semantics import RunSemantics, run_semantics
+from .runreceipts import check_run_receipts
+from .semantics import run_semantics
 from .storecheck import (
-    QUARANTINE_LINE_BYTES,
     StoreResult,
     iter_store_lines,
-    parse_quarantine_entry,
     verify_store,
 )
 
-MANIFEST_LIMIT: Final = 32 << 20
-"""A manifest lists every member in ~150 bytes: 32 MiB holds 10^5 members with room to spare."""
-SIGNATURE_LIMIT: Final = 4 << 10
-"""manifest.sig and the key file: all that is read (and parsed) before the signature verifies."""
-NOTE_LIMIT: Final = 64 << 10
-PROOF_LIMIT: Final = 1 << 20
-OTHER_LIMIT: Final = 64 << 20
-"""Run members with no tighter kind limit (quarantine files, future small members)."""
-JSON_DENSITY: Final = 8
-"""A bundle JSON document has at most one value per this many bytes (plus a little): a manifest
-member entry is ~150 bytes for 7 values. Denser input is refused before it is decoded, so a
-"[[],[],...]" cannot make the decoder allocate ~20 times its size."""
 VERIFY_ORDER: Final = FOLD_ORDER
 """Audit before lineage (which tasks merged decides which writes are final artifacts); the
 archive's sorted order (audit, control, lineage, replay) satisfies it."""
@@ -189,17 +178,6 @@ def verify_bundle_contents(
     return VerifiedBundle(report, run.kept if intact else {})
 
 
-@dataclass
-class _RunState:
-    """What one run's checks need from its earlier members, until the run's last member."""
-
-    claim: RunClaim
-    small: dict[str, bytes] = field(default_factory=dict)
-    results: dict[str, StoreResult] = field(default_factory=dict)
-    checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
-    semantics: RunSemantics | None = None
-
-
 @dataclass(frozen=True)
 class _Problem:
     check: str
@@ -238,7 +216,7 @@ class _Pass:
         self.member_bytes = 0
         self.members_seen = 0
         self.compressed = False
-        self.run: _RunState | None = None
+        self.run: RunState | None = None
         self.results: list[StoreResult] = []
         self.counts = dict.fromkeys(("consistency", "hmac", "receipts", "tasks", "checkpoints"), 0)
 
@@ -276,89 +254,20 @@ class _Pass:
 
     def _open_manifest(self, reader: ArchiveReader, first: Member) -> Member | None:
         """manifest.json, manifest.sig and the key file; returns the next member to handle."""
-        check = "manifest-signature"
-        if first.name != MANIFEST:
-            self.fail(check, f"bundle has no {MANIFEST}")
-            return first
-        if first.size > MANIFEST_LIMIT:
-            self.fail(
-                check,
-                ArchiveError(f"{MANIFEST}: {first.size} bytes, limit {MANIFEST_LIMIT}"),
-            )
-            return reader.next()
-        data = _read_member(reader, first)  # hashed below; not decoded yet
-        self._keep(MANIFEST, data)
-        sig = reader.next()
-        if sig is None or sig.name != MANIFEST_SIG:
-            self.fail(check, f"bundle has no {MANIFEST_SIG}")
-            return sig
-        if sig.size > SIGNATURE_LIMIT:
-            self.fail(check, f"{MANIFEST_SIG}: {sig.size} bytes, a signed note has < 4 KiB")
-            return reader.next()
-        note = _read_member(reader, sig)
-        self._keep(MANIFEST_SIG, note)
-        key = reader.next()
-        if key is None or not key.name.startswith("keys/") or key.size > SIGNATURE_LIMIT:
-            self.fail(
-                check, f"bundle has no signer key file (keys/<key id>.vkey) after {MANIFEST_SIG}"
-            )
-            return key
-        key_data = _read_member(reader, key)
-        self._keep(key.name, key_data)
         try:
-            signer = self._signer_key(key.name, key_data)
-        except VerificationError as exc:
-            self.fail(check, exc)
-            return reader.next()
-        try:
-            opened = open_note_signed_once(note, [signer])
-        except NoteError as exc:
-            self.fail(check, f"{MANIFEST_SIG}: {exc}")
-            return reader.next()
-        if opened.text != manifest_note_text(hashlib.sha256(data).hexdigest()):
-            self.fail(
-                check, f"{MANIFEST_SIG} signs a different manifest digest than manifest.json has"
-            )
-            return reader.next()
-        # Signed by the bundle's key: now, and only now, decode it.
-        try:
-            _bounded_json(data, MANIFEST)
-            manifest = parse_manifest(data)
-        except UnsupportedBundleError as exc:
-            self.fail(check, exc, Status.UNREADABLE)
-            return reader.next()
-        except VerificationError as exc:
-            self.fail(check, exc)
-            return reader.next()
-        if manifest.signer != signer:
-            self.fail(check, f"{key.name}: is not the signer's key (manifest.json names another)")
-            return reader.next()
-        self.manifest, self.signer = manifest, signer
-        self.report.signer_key_id = key_id(parse_verifier_key(signer).public_key)
-        self._check_listing(manifest)
-        self._account(key, key_data)
+            head = open_signed_manifest(reader, first, self._keep)
+        except HeadError as exc:
+            self.fail("manifest-signature", exc.error, exc.status)
+            return exc.next_member
+        self.manifest, self.signer = head.manifest, head.signer
+        self.report.signer_key_id = head.signer_id
+        self._check_listing(head.manifest)
+        self._account(head.key, head.key_data)
         return reader.next()
 
     def _keep(self, name: str, data: bytes) -> None:
         if self.keep(name):
             self.kept[name] = data
-
-    @staticmethod
-    def _signer_key(name: str, data: bytes) -> str:
-        """The verifier key in the key file, which must be named after its key id."""
-        if not data.endswith(b"\n") or data.count(b"\n") != 1 or not data.isascii():
-            raise SchemaError(f"{name}: not one line of verifier key text", member=name)
-        text = data[:-1].decode("ascii")
-        try:
-            parsed = parse_verifier_key(text)
-        except NoteError as exc:
-            raise SchemaError(f"{name}: {exc}", member=name) from None
-        if key_member(key_id(parsed.public_key)) != name:
-            raise SchemaError(
-                f"{name}: is not the signer's key (it holds key {key_id(parsed.public_key)})",
-                member=name,
-            )
-        return text
 
     def _check_listing(self, manifest: Manifest) -> None:
         """The manifest's member list against what its runs call for (known before any data)."""
@@ -435,47 +344,44 @@ class _Pass:
         if self.run is None and run_id is not None and self.checking and self.manifest:
             claim = next((r for r in self.manifest.runs if r.run == run_id), None)
             if claim is not None:
-                self.run = _RunState(claim)
-        if (
-            self.checking
-            and self.run is not None
-            and len(parts) == 4
-            and parts[2] == "stores"
-            and parts[3].endswith(".jsonl")
-            and parts[3][: -len(".jsonl")] in STORES
-            and name in (self.manifest.members if self.manifest else {})
-        ):
-            self._store(reader, member, parts[3][: -len(".jsonl")])
+                self.run = RunState(claim)
+        store = _store_name(parts)
+        if store is not None and self.checking and self.run is not None:
+            self._store(reader, member, store)
             return
+        if run_id is not None and store is None:
+            limit = limit_for(name)  # held whole in memory: refused over its kind's limit
+            if member.size > limit:
+                raise ArchiveError(
+                    f"{name}: {member.size} bytes, limit {limit} for this kind of member",
+                    member=name,
+                )
         if not (self.checking and self.run is not None):
             # No check will read it: hash it as it passes, for the members check.
-            raw = _HashingMember(reader, member.size, keep=False)
+            raw = HashingMember(reader, member.size, keep=False)
             raw.drain()
             self._account(member, None, raw.sha.hexdigest())
             return
-        limit = _limit_for(name)
-        if member.size > limit:
-            raise ArchiveError(
-                f"{name}: {member.size} bytes, limit {limit} for this kind of member", member=name
-            )
-        data = _read_member(reader, member)
+        data = read_member(reader, member)
         self._keep(name, data)
         if self._account(member, data) and self.checking and self.run is not None:
             self.run.small[name] = data
-            if name.endswith(".quarantine.jsonl"):
-                self._quarantine(name, data)
+            if name.endswith(".quarantine.jsonl") and (
+                error := check_quarantine(self.run, name, data)
+            ):
+                self.fail("records", error)
 
     # ---- records + merkle-roots (+ hmac-chain and semantics, folded in) ----------------------
     def _store(self, reader: ArchiveReader, member: Member, store: str) -> None:
         run = self.run
         assert run is not None and self.manifest is not None
-        raw = _HashingMember(reader, member.size, keep=self.keep(member.name))
+        raw = HashingMember(reader, member.size, keep=self.keep(member.name))
         stream = io.BufferedReader(raw, 1 << 20)
         name = member.name
         problem: _Problem | None = None
         result: StoreResult | None = None
         try:
-            checkpoints = self._checkpoints(run, store)
+            checkpoints = store_checkpoints(run, store, self.signer)
             if checkpoints is None:  # a checkpoint member is missing: the members check says so
                 self.checking = False
                 raw.drain()
@@ -494,7 +400,7 @@ class _Pass:
                 merged_tasks=merged,
                 on_record=self._folder(run, store, name),
             )
-            self._compare_claim(run, store, result)
+            compare_claim(run, store, result)
         except ArchiveError:
             raise
         except CheckpointError as exc:
@@ -512,6 +418,7 @@ class _Pass:
         assert result is not None
         run.results[store] = result
         self.results.append(result)
+        self.counts["checkpoints"] += len(run.checkpoints[store])
         claim = run.claim.stores[store]
         if bool(result.recovered) != claim.quarantine:
             self.fail(
@@ -524,27 +431,7 @@ class _Pass:
                 ),
             )
 
-    def _checkpoints(self, run: _RunState, store: str) -> list[Checkpoint] | None:
-        claim = run.claim.stores[store]
-        names = [checkpoint_member(run.claim.run, store, size) for size in claim.checkpoints]
-        if any(name not in run.small for name in names):
-            return None
-        notes = [(name, run.small[name]) for name in names]
-        try:
-            checkpoints = open_checkpoints(notes, [self.signer])
-        except NoteError as exc:
-            raise CheckpointError(str(exc), member=exc.member) from None
-        for name, size, checkpoint in zip(names, claim.checkpoints, checkpoints, strict=True):
-            if checkpoint.size != size:
-                raise CheckpointError(
-                    f"{name}: checkpoint size {checkpoint.size} does not match its name",
-                    member=name,
-                )
-        run.checkpoints[store] = checkpoints
-        self.counts["checkpoints"] += len(checkpoints)
-        return checkpoints
-
-    def _folder(self, run: _RunState, store: str, member: str) -> Callable[[Record, bytes], None]:
+    def _folder(self, run: RunState, store: str, member: str) -> Callable[[Record, bytes], None]:
         """Per record: the HMAC chain (with the key) and the semantics fold, errors deferred
         to their own checks (later in CHECK_ORDER than the records check running now)."""
         chain = (
@@ -589,53 +476,19 @@ class _Pass:
 
         return fold
 
-    @staticmethod
-    def _compare_claim(run: _RunState, store: str, result: StoreResult) -> None:
-        claim = run.claim.stores[store]
-        member = store_member(run.claim.run, store)
-        if claim.records != result.size or claim.root != result.root:
-            raise CheckpointError(
-                f"{member}: manifest.json claims {claim.records} records with root "
-                f"{claim.root.hex()[:16]}…, the store has {result.size} with root "
-                f"{result.root.hex()[:16]}…",
-                member=member,
-            )
-
-    def _quarantine(self, member: str, data: bytes) -> None:
-        run = self.run
-        assert run is not None
-        store = member.rsplit("/", 1)[1].split(".", 1)[0]
-        result = run.results.get(store)
-        if result is None:
-            return  # the store itself failed (or is not a store): reported there
-        entries = []
-        try:
-            lines = iter_store_lines(io.BytesIO(data), member, limit=QUARANTINE_LINE_BYTES)
-            for number, line in enumerate(lines, 1):
-                try:
-                    entries.append(parse_quarantine_entry(line, store))
-                except VerificationError as exc:
-                    raise SchemaError(
-                        f"{member} line {number}: {exc}", member=member, line=number
-                    ) from None
-            if entries != result.recovered:
-                raise SchemaError(
-                    f"{member}: quarantined tails do not match the store.recovered records",
-                    member=member,
-                )
-        except VerificationError as exc:
-            self.fail("records", exc)
-
     # ---- the end of a run: consistency-proofs, receipts, semantics -----------------------------
     def _end_run(self) -> None:
         run, self.run = self.run, None
         if run is None or not self.checking or len(run.results) != len(STORES):
             return
-        self._consistency(run)
+        proofs, error = check_consistency(run)
+        self.counts["consistency"] += proofs
+        if error is not None:
+            self.fail("consistency-proofs", error)
         if not self.failed("receipts"):
             try:
                 self.counts["receipts"] += check_run_receipts(
-                    lambda name, limit: _small(run, name, limit),
+                    lambda name, limit: small_member(run, name, limit),
                     run.claim,
                     run.results,
                     self.signer,
@@ -649,25 +502,6 @@ class _Pass:
                 self.counts["tasks"] += len(run.semantics.tasks)
             except VerificationError as exc:
                 self.fail("semantics", exc)
-
-    def _consistency(self, run: _RunState) -> None:
-        for store in STORES:
-            for older, newer in itertools.pairwise(run.checkpoints[store]):
-                name = consistency_member(run.claim.run, store, older.size, newer.size)
-                data = run.small.get(name)
-                if data is None:
-                    return  # missing: the members check says so
-                try:
-                    proof = _read_proof(data, run.claim.run, store, older.size, newer.size)
-                    verify_consistency(
-                        older.size, newer.size, proof, older.root_hash, newer.root_hash
-                    )
-                except VerificationError as exc:
-                    self.fail(
-                        "consistency-proofs", ConsistencyProofError(f"{name}: {exc}", member=name)
-                    )
-                    return
-                self.counts["consistency"] += 1
 
     # ---- the verdict ----------------------------------------------------------------------------
     def conclude(self, pins: TrustPolicy) -> None:
@@ -777,94 +611,9 @@ class _Pass:
         ]
 
 
-class _HashingMember(io.RawIOBase):
-    """One member's data from the archive, hashed as it is read (and kept on request)."""
-
-    def __init__(self, reader: ArchiveReader, size: int, *, keep: bool) -> None:
-        self._reader = reader
-        self.sha = hashlib.sha256()
-        self._parts: list[bytes] | None = [] if keep else None
-        self.kept: bytes | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self._reader.read(len(buffer))
-        self.sha.update(data)
-        if self._parts is not None:
-            self._parts.append(data)
-        buffer[: len(data)] = data
-        return len(data)
-
-    def drain(self) -> None:
-        while data := self._reader.read(1 << 20):
-            self.sha.update(data)
-            if self._parts is not None:
-                self._parts.append(data)
-        if self._parts is not None:
-            self.kept = b"".join(self._parts)
-
-
-def _read_member(reader: ArchiveReader, member: Member) -> bytes:
-    return reader.read(member.size)
-
-
-def _limit_for(name: str) -> int:
-    """How large a member other than a store may be; it is held in memory until its run ends."""
-    if name.startswith("keys/"):
-        return SIGNATURE_LIMIT
-    if "/checkpoints/" in name:
-        return NOTE_LIMIT
-    if "/proofs/" in name:
-        return PROOF_LIMIT
-    if "/receipts/" in name:
-        return MAX_RECEIPT_BYTES
-    if "/attestations/" in name:
-        return ENVELOPE_LIMIT
-    return OTHER_LIMIT
-
-
-def _small(run: _RunState, name: str, limit: int) -> bytes:
-    data = run.small.get(name)
-    if data is None:
-        raise ArchiveError(f"{name}: missing", member=name)
-    if len(data) > limit:
-        raise ArchiveError(f"{name}: {len(data)} bytes, limit {limit} for this kind of member")
-    if name.endswith(".json"):
-        _bounded_json(data, name)
-    return data
-
-
-def _bounded_json(data: bytes, name: str) -> None:
-    """Refuse JSON denser in values than our documents are, before any decoder allocates."""
-    values = data.count(b",") + data.count(b"[") + data.count(b"{") + data.count(b":")
-    if values > 256 + len(data) // JSON_DENSITY:
-        raise SchemaError(
-            f"{name}: {values} JSON values in {len(data)} bytes, denser than any document of "
-            "its kind: refused before decoding",
-            member=name,
-        )
-
-
-def _read_proof(data: bytes, run_id: str, store: str, size1: int, size2: int) -> list[bytes]:
-    _bounded_json(data, "proof")
-    obj = parse_canonical(data)
-    expected = {"proof", "run", "size1", "size2", "store", "v"}
-    if type(obj) is not dict or obj.keys() != expected:
-        raise SchemaError(f"members must be exactly {sorted(expected)}")
-    claimed = (obj["v"], obj["run"], obj["store"], obj["size1"], obj["size2"])
-    if [type(value) for value in claimed] != [int, str, str, int, int] or claimed != (
-        1,
-        run_id,
-        store,
-        size1,
-        size2,
-    ):
-        raise SchemaError("proof is for another log or other sizes than its name says")
-    hashes = obj["proof"]
-    if type(hashes) is not list or any(
-        type(h) is not str or not HEX64_RE.fullmatch(h) for h in hashes
-    ):
-        raise SchemaError("proof must be a list of 64-lowercase-hex-digit hashes")
-    return [bytes.fromhex(h) for h in hashes]
+def _store_name(parts: list[str]) -> str | None:
+    """``runs/<run>/stores/<store>.jsonl`` -> the store (streamed, not held in memory)."""
+    if len(parts) == 4 and parts[2] == "stores" and parts[3].endswith(".jsonl"):
+        store = parts[3][: -len(".jsonl")]
+        return store if store in STORES else None
+    return None
