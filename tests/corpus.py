@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from harness.receipts.bundle import export_bundle
+from harness.receipts.dsse import sign_envelope
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.run import RunRecorder
 from harness.verify.canonical import canonical_bytes
@@ -43,6 +44,7 @@ from harness.verify.layout import (
     BUNDLE_VERSION,
     MANIFEST,
     MANIFEST_SIG,
+    attestation_member,
     checkpoint_member,
     key_member,
     manifest_note_text,
@@ -1394,6 +1396,37 @@ def _cost_cases(writer: _Writer, bundle: Bundle) -> None:
         check="archive",
         suffix=".tar.gz",
         bomb=True,
+        budget=True,
+    )
+
+    # A run's attestations, signed by the bundle's key: a DSSE statement and a COSE_Sign1
+    # statement that are huge lists of empty containers are refused before decoding.
+    dense_dsse = bundle.copy()
+    dense_dsse.members[attestation_member(RUN_ID, "lineage.dsse.json")] = sign_envelope(
+        "application/vnd.in-toto+json",
+        dense_list(2 << 20),
+        bundle.keys.signing_key,
+        keyid=bundle.keys.key_id,
+    )
+    writer.add(
+        "cost-attestation-dense-statement",
+        dense_dsse.resign(),
+        1,
+        r"lineage\.dsse\.json payload: \d+ JSON values .* denser than any document",
+        check="receipts",
+        budget=True,
+    )
+    dense_cose = bundle.copy()
+    count = 2 << 20
+    dense_cose.members[attestation_member(RUN_ID, "run-summary.cose")] = (
+        b"\x9a" + count.to_bytes(4, "big") + b"\x80" * count
+    )
+    writer.add(
+        "cost-cose-dense-statement",
+        dense_cose.resign(),
+        1,
+        r"run-summary\.cose: \d+ CBOR array/map bytes .* denser than any document",
+        check="receipts",
         budget=True,
     )
 

@@ -13,11 +13,14 @@ hashing reader the single pass streams store members through.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
+
+import orjson
 
 from .archive import ArchiveReader, Member
 from .canonical import parse_canonical
@@ -170,7 +173,17 @@ class HashingMember(io.RawIOBase):
 
 
 def read_member(reader: ArchiveReader, member: Member) -> bytes:
-    return reader.read(member.size)
+    """A member's data whole, read in 1 MiB steps so the read budget and the inflation bound
+    stop a bomb after one step, not after the size its header declares."""
+    if member.size <= _STEP:
+        return reader.read(member.size)
+    parts = []
+    while chunk := reader.read(_STEP):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+_STEP: Final = 1 << 20
 
 
 def limit_for(name: str) -> int:
@@ -197,6 +210,34 @@ def bounded_json(data: bytes, name: str) -> None:
             "its kind: refused before decoding",
             member=name,
         )
+
+
+def bounded_cbor(data: bytes, name: str) -> None:
+    """The same rule for CBOR (a COSE_Sign1 statement): bytes 0x80-0xBF, the initial bytes of
+    arrays and maps (and so of the items that cost the decoder most), at most 256 + size/8.
+    Counted over the whole document, byte strings included; a genuine statement is mostly a
+    JSON payload (ASCII, below 0x80) and one 64-byte signature."""
+    containers = len(data) - len(data.translate(None, _CBOR_CONTAINERS))
+    if containers > 256 + len(data) // JSON_DENSITY:
+        raise SchemaError(
+            f"{name}: {containers} CBOR array/map bytes in {len(data)} bytes, denser than any "
+            "document of its kind: refused before decoding",
+            member=name,
+        )
+
+
+def bounded_envelope(data: bytes, name: str) -> None:
+    """A DSSE envelope and the statement inside it (decoded from base64 only here, to count)."""
+    bounded_json(data, name)
+    try:
+        envelope = orjson.loads(data)
+        payload = base64.b64decode(envelope["payload"], validate=True)
+    except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
+        return  # not an envelope: the receipts check says precisely why
+    bounded_json(payload, f"{name} payload")
+
+
+_CBOR_CONTAINERS: Final = bytes(range(0x80, 0xC0))
 
 
 def read_proof(data: bytes, run_id: str, store: str, size1: int, size2: int) -> list[bytes]:

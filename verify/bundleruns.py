@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from .archive import ArchiveError
-from .bundlehead import bounded_json, read_proof
+from .bundlehead import bounded_cbor, bounded_envelope, bounded_json, read_proof
 from .checkpoint import Checkpoint
 from .errors import (
     CheckpointError,
@@ -127,12 +127,17 @@ def check_consistency(run: RunState) -> tuple[int, VerificationError | None]:
 
 
 def small_member(run: RunState, name: str, limit: int) -> bytes:
-    """A kept member for the receipts check (``ReadSmall``), JSON density-checked."""
+    """A kept member for the receipts check (``ReadSmall``), density-checked before any
+    decoder sees it (receipts, DSSE envelopes and their statements, the COSE statement)."""
     data = run.small.get(name)
     if data is None:
         raise ArchiveError(f"{name}: missing", member=name)
     if len(data) > limit:
         raise ArchiveError(f"{name}: {len(data)} bytes, limit {limit} for this kind of member")
-    if name.endswith(".json"):
+    if name.endswith(".dsse.json"):
+        bounded_envelope(data, name)
+    elif name.endswith(".json"):
         bounded_json(data, name)
+    elif name.endswith(".cose"):
+        bounded_cbor(data, name)
     return data
