@@ -32,6 +32,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"verify": "verify", "receipts": "receipts", "orchestrate": "orchestrate"}
+ALSO_COPY = ["schemas", "docs"]
 CORE = ["verify/chain.py", "verify/merkle.py", "verify/note.py", "verify/canonical.py"]
 # Per module, the test files that exercise it directly (fast ones; no demo runs).
 TESTS: dict[str, list[str]] = {
@@ -40,9 +41,19 @@ TESTS: dict[str, list[str]] = {
         "tests/test_merkle_properties.py",
         "tests/test_merkle_vectors.py",
         "tests/test_cose.py",
+        "tests/test_mutation_survivors.py",
     ],
-    "verify/note.py": ["tests/test_note.py", "tests/test_note_vectors.py"],
-    "verify/canonical.py": ["tests/test_canonical.py", "tests/test_records.py"],
+    "verify/note.py": [
+        "tests/test_note.py",
+        "tests/test_note_vectors.py",
+        "tests/test_note_messages.py",
+        "tests/test_mutation_survivors.py",
+    ],
+    "verify/canonical.py": [
+        "tests/test_canonical.py",
+        "tests/test_records.py",
+        "tests/test_mutation_survivors.py",
+    ],
     "verify/checkpoint.py": ["tests/test_note.py", "tests/test_note_vectors.py"],
     "verify/cose.py": ["tests/test_cose.py", "tests/test_cose_vectors.py"],
     "verify/dsse.py": ["tests/test_dsse.py", "tests/test_dsse_vectors.py"],
@@ -89,9 +100,12 @@ def stage(work: Path, modules: list[str]) -> Path:
         shutil.copytree(ROOT / folder, target / name, ignore=ignore)
     shutil.copytree(ROOT / "schemas", target / "schemas", ignore=ignore)
     shutil.copytree(ROOT / "tests", work / "tests", ignore=ignore)
+    for extra in ALSO_COPY:  # read by tests through paths relative to the checkout
+        shutil.copytree(ROOT / extra, work / extra, ignore=ignore)
     base = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     settings: dict[str, Any] = dict(base["tool"]["mutmut"])
     settings["only_mutate"] = [f"src/harness/{m}" for m in modules]
+    settings["also_copy"] = [f"{extra}/" for extra in ALSO_COPY]
     tests = sorted({t for m in modules for t in TESTS.get(m, ["tests/"])})
     settings["pytest_add_cli_args_test_selection"] = tests
     (work / "pyproject.toml").write_text(_pyproject(settings), encoding="utf-8")
