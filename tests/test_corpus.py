@@ -184,7 +184,7 @@ def test_cli_rejects_hostile_input(corpus: dict[str, Case], name: str) -> None:
     assert failed == [failure["check"]]
     if case.bomb:
         assert ran.max_rss < BOMB_MAX_RSS, f"peak RSS {ran.max_rss >> 20} MiB"
-    if case.budget:
+    if case.budget or case.bomb:
         _assert_within_budget(case.path, ran)
 
 
