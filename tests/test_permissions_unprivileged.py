@@ -186,12 +186,6 @@ def test_unreadable_bundle_is_unreadable_for_the_library(folder: Path) -> None:
     assert outcome.get("value") == [ExitCode.UNREADABLE, "unreadable", "archive"], outcome
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="verify/cli.py: typer's Path argument checks os.access(R_OK) itself and exits 2 "
-    "(usage) for a bundle its user cannot read; verifier.md §3.1 says a file that cannot be "
-    "opened is 'unreadable', exit 4 (root never sees this: os.access is always true for it)",
-)
 def test_cli_unreadable_bundle_is_unreadable_input(
     folder: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -121,7 +121,9 @@ def _emit(report: Report, fmt: Format, output: Path | None, quiet: bool) -> None
 
 @app.command("bundle", epilog=EXIT_CODES_HELP)
 def bundle_command(
-    bundle: Annotated[Path, typer.Argument(help="bundle.tar or bundle.tar.gz to verify")],
+    bundle: Annotated[
+        Path, typer.Argument(help="bundle.tar or bundle.tar.gz to verify", readable=False)
+    ],
     trusted_key: Annotated[
         list[str] | None,
         typer.Option(
@@ -175,7 +177,9 @@ def bundle_command(
 
 @app.command("receipt", epilog=EXIT_CODES_HELP)
 def receipt_command(
-    receipt: Annotated[Path, typer.Argument(help="ARTIFACT.receipt.json to verify")],
+    receipt: Annotated[
+        Path, typer.Argument(help="ARTIFACT.receipt.json to verify", readable=False)
+    ],
     artifact: Annotated[Path, typer.Option(help="The artifact file the receipt is about.")],
     name: Annotated[
         str | None,
@@ -225,7 +229,8 @@ GATE_EXIT_HELP: Final = (
 @app.command("gate", epilog=GATE_EXIT_HELP)
 def gate_command(
     bundle: Annotated[
-        Path, typer.Argument(help="bundle.tar or bundle.tar.gz holding the evidence")
+        Path,
+        typer.Argument(help="bundle.tar or bundle.tar.gz holding the evidence", readable=False),
     ],
     base: Annotated[str, typer.Option(help="Base commit of the change (e.g. the PR base SHA).")],
     head: Annotated[str, typer.Option(help="Head commit of the change.")] = "HEAD",
