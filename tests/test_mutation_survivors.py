@@ -24,7 +24,7 @@ from harness.verify.canonical import (
 )
 from harness.verify.errors import CanonicalEncodingError, ConsistencyProofError, MalformedNoteError
 from harness.verify.merkle import CompactRange, verify_consistency
-from harness.verify.note import VerifierKey, key_hash, parse_verifier_key
+from harness.verify.note import VerifierKey, key_hash, open_note, parse_verifier_key
 
 RFC8785 = "bytes are not the RFC 8785 canonical form (key order, whitespace, escapes or numbers)"
 NOT_INTEGER = "a number is not an integer; records carry integers only"
@@ -123,9 +123,12 @@ def test_compact_range_size_must_be_a_real_int() -> None:
 
 def test_builder_type_error_names_the_type() -> None:
     """Kills _builder_leaf_hash: ``type(None).__name__`` in its message."""
-    assert _message(lambda: MerkleTree().append("x"), TypeError) == (  # type: ignore[arg-type]
-        "leaf hash must be bytes, got str"
-    )
+    for call in (
+        lambda: CompactRange().append("x"),  # type: ignore[arg-type]
+        lambda: CompactRange.from_state(1, ["x"]),  # type: ignore[list-item]
+        lambda: MerkleTree().append("x"),  # type: ignore[arg-type]
+    ):
+        assert _message(call, TypeError) == "leaf hash must be bytes, got str"
 
 
 @pytest.mark.parametrize(
@@ -159,6 +162,16 @@ def test_key_name_with_a_lone_surrogate_is_malformed() -> None:
             "verifier key: invalid key name"
         )
     assert key_hash("a", key) == VerifierKey.from_ed25519("a", bytes(32)).key_hash
+
+
+def test_duplicate_signature_line_names_the_key_to_80_characters() -> None:
+    """Kills _split_note: ``sig.name[:81]`` in the duplicate-line message."""
+    name = "n" * 90
+    line = f"\u2014 {name} AAAAAAA=\n"
+    note = ("hello\n\n" + line + line).encode()
+    assert _message(lambda: open_note(note, []), MalformedNoteError) == (
+        f"note has more than one signature line for key {'n' * 80}+00000000"
+    )
 
 
 def test_verifier_key_construction_messages() -> None:
