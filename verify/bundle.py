@@ -529,12 +529,14 @@ class _Pass:
             self.problems, key=lambda p: CHECK_ORDER.index(p.check), default=None
         )  # stable: the first found of the earliest check
         report = self.report
-        self._summaries()
-        for name in CHECK_ORDER:
-            if first is not None and name == first.check:
-                break
-            if name == "trust":
-                break
+        failing = CHECK_ORDER.index(first.check) if first is not None else len(CHECK_ORDER)
+        if failing > CHECK_ORDER.index("merkle-roots"):
+            self._summaries()  # only stores whose records and roots all verified are shown
+        if failing == CHECK_ORDER.index("archive"):
+            report.signer_key_id = None  # nothing about an unreadable input is asserted
+        for name in CHECK_ORDER[: min(failing, CHECK_ORDER.index("trust"))]:
+            if name == "records" and first is not None and first.check == "merkle-roots":
+                continue  # the two are one pass over the stores: neither has passed
             self._passed(name)
         if first is not None:
             error = first.error
