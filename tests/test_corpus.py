@@ -32,7 +32,7 @@ from harness.verify.bundle import verify_bundle, verify_bundle_contents
 from harness.verify.layout import store_member
 from harness.verify.policy import TrustPolicy
 from harness.verify.render import render
-from harness.verify.report import Report
+from harness.verify.report import CHECK_ORDER, Report
 
 from .corpus import (
     Case,
@@ -182,6 +182,15 @@ def test_cli_rejects_hostile_input(corpus: dict[str, Case], name: str) -> None:
         assert failure["check"] == case.check, failure
     failed = [c["name"] for c in document["checks"] if c["outcome"] == "failed"]
     assert failed == [failure["check"]]
+    # Only checks before the failing one pass (records and merkle-roots are one pass over the
+    # stores), and no store is summarized unless all of them verified.
+    passed = [c["name"] for c in document["checks"] if c["outcome"] in ("passed", "skipped")]
+    before = list(CHECK_ORDER[: CHECK_ORDER.index(failure["check"])])
+    assert passed == [
+        n for n in before if not (n == "records" and failure["check"] == "merkle-roots")
+    ]
+    if CHECK_ORDER.index(failure["check"]) <= CHECK_ORDER.index("merkle-roots"):
+        assert document["stores"] == []
     if case.bomb:
         assert ran.max_rss < BOMB_MAX_RSS, f"peak RSS {ran.max_rss >> 20} MiB"
     if case.budget or case.bomb:
