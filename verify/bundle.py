@@ -5,7 +5,7 @@ records (canonical form, schema, seq, time) with Merkle roots against signed che
 consistency proofs -> HMAC chains (only with the master key) -> receipts and attestations ->
 semantics -> trust (is the signer pinned?).
 
-Cost is bounded before and after authentication (docs/spec/verifier.md, "Reading budget"):
+Cost is bounded before and after authentication (docs/spec/verifier.md §3.11, bundle.md §3):
 
 * the archive is read once, front to back (``ArchiveReader``), so time is linear in its size
   and a ``.tar.gz`` costs one decompression; every check that needs a later member keeps what
