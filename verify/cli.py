@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -153,6 +154,14 @@ def bundle_command(
     max_bytes: Annotated[
         int, typer.Option(min=1, help="Refuse bundles whose members add up to more bytes.")
     ] = Limits().max_total_bytes,
+    require_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--require-sandbox",
+            help="Trust only runs whose agents and gates all ran in a sandbox (as "
+            "[require] sandbox = true in a policy file); otherwise exit 3.",
+        ),
+    ] = False,
 ) -> None:
     """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
     consistency proofs, HMAC chains (with --hmac-key), and whether the signer is pinned."""
@@ -161,6 +170,8 @@ def bundle_command(
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
+    if require_sandbox:
+        pins = dataclasses.replace(pins, require_sandbox=True)
     master = _read_hmac_key(hmac_key) if hmac_key is not None else None
     progress = _Progress(enabled=not quiet)
     report = verify_bundle(
@@ -257,6 +268,14 @@ def gate_command(
         Path | None,
         typer.Option(help="Append a markdown table to this file (e.g. $GITHUB_STEP_SUMMARY)."),
     ] = None,
+    require_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--require-sandbox",
+            help="Trust only runs whose agents and gates all ran in a sandbox (as "
+            "[require] sandbox = true in a policy file); otherwise exit 3.",
+        ),
+    ] = False,
 ) -> None:
     """Merge gate: pass only if every file changed between --base and --head is covered by a
     merged, attested agent write (or delete) in a verified bundle signed by a pinned key."""
@@ -272,6 +291,8 @@ def gate_command(
         pins = resolve_gate_policy(
             trusted_key or [], policy, where, resolve_commit(where, base), where
         )
+        if require_sandbox:
+            pins = dataclasses.replace(pins, require_sandbox=True)
         report = run_gate(where, base, head, bundle, pins)
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)

@@ -25,6 +25,9 @@ Policy file (``harness-verify.toml``; in ``pyproject.toml`` the same under
         "keys/signing.pub",                        # a file, relative to the policy file
     ]
 
+    [require]
+    sandbox = true    # optional: every agent and gate of every run ran in a sandbox
+
 Nothing is executed, and the files are parsed strictly: unknown tables or keys are errors,
 not silently ignored. Every problem is a :class:`PolicyError` with a message naming the file
 and the entry.
@@ -103,6 +106,9 @@ class TrustPolicy:
 
     key_ids: frozenset[str]
     source: str
+    require_sandbox: bool = False
+    """Refuse trust (exit 3) unless every agent of every runtime run ran in a sandbox
+    (``[require] sandbox = true`` or ``--require-sandbox``)."""
 
     def pins(self, key_id_hex: str | None) -> bool:
         """Whether ``key_id_hex`` (any letter case) is pinned by this policy."""
@@ -321,12 +327,23 @@ def policy_from_document(
     Key file paths resolve against ``path``'s folder and are read through ``reader``.
     """
     shown = reader.name(path)
-    unknown = sorted(set(table) - {"trust"})
+    unknown = sorted(set(table) - {"trust", "require"})
     if unknown:
         names = ", ".join(f"{prefix}{name}" for name in unknown)
         raise PolicyError(
-            f"{shown}: unknown policy entries: {names} (expected only [{prefix}trust])"
+            f"{shown}: unknown policy entries: {names} "
+            f"(expected only [{prefix}trust] and [{prefix}require])"
         )
+    require = table.get("require", {})
+    if not isinstance(require, dict):
+        raise PolicyError(f"{shown}: {prefix}require must be a table")
+    unknown = sorted(set(require) - {"sandbox"})
+    if unknown:
+        names = ", ".join(f"{prefix}require.{name}" for name in unknown)
+        raise PolicyError(f"{shown}: unknown policy entries: {names} (expected only sandbox)")
+    require_sandbox = require.get("sandbox", False)
+    if type(require_sandbox) is not bool:
+        raise PolicyError(f"{shown}: {prefix}require.sandbox must be true or false")
     trust = table.get("trust")
     if trust is None:
         raise PolicyError(f"{shown}: no [{prefix}trust] table with keys = [...]")
@@ -352,7 +369,7 @@ def policy_from_document(
             found.add(parse_trusted_key(item, base=base, reader=reader))
         except PolicyError as exc:
             raise PolicyError(f"{shown}: {prefix}trust.keys[{index}]: {exc}") from None
-    return TrustPolicy(frozenset(found), shown)
+    return TrustPolicy(frozenset(found), shown, require_sandbox)
 
 
 def load_policy_file(path: Path, reader: FileReader = DISK) -> TrustPolicy:

@@ -154,6 +154,17 @@ class PolicyCheck:
     tasks: dict[str, _TaskPolicy] = field(default_factory=dict)
     intact: dict[str, bool] = field(default_factory=dict)
     """Batch id -> whether its gates left the worktree intact (from gate.integrity)."""
+    spawns: int = 0
+    unsandboxed: list[str] = field(default_factory=list)
+    """Batches spawned under a profile that is not a bubblewrap sandbox (shown by the
+    verifier; refused when the trust policy requires a sandbox)."""
+
+    def sandbox_kind(self) -> str:
+        kind = self.sandbox.get("kind") if self.sandbox is not None else None
+        return kind if isinstance(kind, str) else "unknown"
+
+    def sandbox_opt_out(self) -> bool:
+        return self.sandbox is not None and self.sandbox.get("opt_out") is True
 
     # ---- audit ------------------------------------------------------------------------------
     def audit(self, record: Record, where: str) -> None:
@@ -302,6 +313,9 @@ class PolicyCheck:
     def _spawn(self, body: Mapping[str, Any], where: str) -> None:
         sandbox = body.get("sandbox")
         profile = sandbox if isinstance(sandbox, Mapping) else None
+        self.spawns += 1
+        if profile is None or profile.get("kind") != "bwrap":
+            self.unsandboxed.append(str(body["batch"]))
         for name in body["tasks"]:
             task = self._task(name, where)
             decision = self._decide(task.spec, profile)

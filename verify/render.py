@@ -243,6 +243,14 @@ def render_text(report: Report, *, color: bool = False) -> str:
         lines.extend(_table(rows))
         lines.append("")
 
+    for summary in report.sandboxes:
+        if summary.unsandboxed:
+            note = f"NONE for {len(summary.unsandboxed)} of {summary.spawns} batches" + (
+                " (operator opt-out recorded)" if summary.opt_out else ""
+            )
+        else:
+            note = f"{_safe_text(summary.kind)} for all {summary.spawns} batches"
+        lines.append(f"sandbox:       run {_safe_text(summary.run)}: {note}")
     signer = _safe_text(report.signer_key_id) if report.signer_key_id else "(unknown)"
     lines.append(f"signer key id: {signer}")
     if report.trusted_by:
@@ -320,6 +328,16 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "kinds": dict(store.kinds),
             }
             for store in report.stores
+        ],
+        "sandboxes": [
+            {
+                "run": summary.run,
+                "kind": summary.kind,
+                "opt_out": summary.opt_out,
+                "spawns": summary.spawns,
+                "unsandboxed_batches": list(summary.unsandboxed),
+            }
+            for summary in report.sandboxes
         ],
     }
     safe: dict[str, Any] = textsafe.json_safe(document)

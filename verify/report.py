@@ -148,6 +148,36 @@ class StoreSummary:
     kinds: dict[str, int]
 
 
+@dataclass(frozen=True)
+class SandboxSummary:
+    """How one runtime run confined its processes, as its records say (issue 10 §1)."""
+
+    run: str
+    kind: str
+    """The run's sandbox kind (``run.start``): ``bwrap``, or ``none`` when the operator opted
+    out."""
+    opt_out: bool
+    """The operator explicitly allowed running without a sandbox."""
+    unsandboxed: tuple[str, ...]
+    """Batches whose ``agent.spawn`` profile is not a bubblewrap sandbox."""
+    spawns: int
+
+
+def unconfined_runs(summaries: list[SandboxSummary]) -> str:
+    """One line naming, per run, the batches that ran without a sandbox."""
+    parts = []
+    for summary in summaries:
+        batches = ", ".join(summary.unsandboxed[:3]) + (
+            ", ..." if len(summary.unsandboxed) > 3 else ""
+        )
+        opt_out = " under the operator's recorded opt-out" if summary.opt_out else ""
+        parts.append(
+            f"run {summary.run}: {len(summary.unsandboxed)} of {summary.spawns} batches "
+            f"({batches}){opt_out}"
+        )
+    return "; ".join(parts)
+
+
 @dataclass
 class Report:
     """Everything the verifier found; renderers turn it into text, JSON, JUnit or SARIF."""
@@ -162,6 +192,8 @@ class Report:
     stores: list[StoreSummary] = field(default_factory=list)
     hmac_checked: bool = False
     verifier_version: str = ""
+    sandboxes: list[SandboxSummary] = field(default_factory=list)
+    """Per runtime run (with ``run.start``), how its agents and gates were confined."""
 
     @property
     def exit_code(self) -> ExitCode:
