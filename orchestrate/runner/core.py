@@ -1,0 +1,169 @@
+"""A run's state and the record primitives every other part of the runtime goes through.
+
+Task states live only in the audit store (crash safety, see ``harness.orchestrate.runtime``),
+so the one way to change a state is ``move``: it records the transition (or the refusal of an
+illegal one) in the same queue that ``flush`` makes durable before any outside effect. Keeping
+this in one class means the resume, batch and landing modules cannot change a state without
+its record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.receipts.keys import OperatorKeys
+from harness.receipts.run import RunRecorder, run_dir
+from harness.verify.fsm import TaskState, is_legal
+
+from ..capabilities import CapabilityMatrix, Denial
+from ..capsule import capsule_digest
+from ..model import Plan, TaskSpec
+from ..replay import Journal
+from ..sandbox import Sandbox, Settings, default_work_root
+from ..scheduler import TaskTable
+
+S = TaskState
+
+
+@dataclass
+class RunSummary:
+    """What ``Runtime.run`` returns: the final task states and what was merged."""
+
+    run_id: str
+    states: dict[str, TaskState]
+    batches: int
+    merged: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+
+class RunAbortedError(Exception):
+    """The run stopped early (e.g. a strict-replay miss); its evidence is sealed."""
+
+
+class RunCore:
+    """The state of one run (plan, stores, task states, counters) and its record primitives."""
+
+    def __init__(
+        self,
+        *,
+        repo: Path,
+        plan: Plan,
+        state_dir: Path,
+        keys: OperatorKeys,
+        run_id: str,
+        clock: Callable[[], str],
+        capabilities: CapabilityMatrix,
+        journal: Journal | None = None,
+        grace_s: float = 2.0,
+        git_date: str | None = None,
+        sandbox: Settings | None = None,
+        work_root: Path | None = None,
+        keys_dir: Path | None = None,
+    ) -> None:
+        self.repo = repo
+        self.plan = plan
+        self.specs: dict[str, TaskSpec] = {task.id: task for task in plan.tasks}
+        self.state_dir = state_dir
+        self.keys = keys
+        self.run_id = run_id
+        self.clock = clock
+        self.capabilities = capabilities
+        self.journal = journal
+        self.grace_s = grace_s
+        self.git_date = git_date
+        self.folder = run_dir(state_dir, run_id)
+        # Worktrees live outside the state folder (decision 0017): an agent walking up from
+        # its working directory finds neither the stores nor the keys.
+        self.work = (work_root or default_work_root(repo)) / run_id
+        self.sandbox = Sandbox.for_run(
+            sandbox or Settings(), repo=repo, state_dir=state_dir, keys_dir=keys_dir
+        )
+        self.recorder = RunRecorder(state_dir, run_id, keys, clock=clock)
+        self.states: dict[str, TaskState] = {}
+        self.table = TaskTable.from_plan(plan)
+        """Indexed snapshot for the scheduler, kept in step with ``states`` by ``set_state``."""
+        self.batch_number = 1
+        self.step = 0
+        self.control_seen = 0
+        self._pending: list[tuple[str, Mapping[str, Any]]] = []
+        self.merged: list[str] = []
+        self.prechecked: set[str] = set()
+        """Tasks whose promotion-time capsule check is recorded (not repeated every tick)."""
+        self.run_profile: Mapping[str, Any] | None = None
+        """The run's default sandbox profile as ``run.start`` records it: promotion-time
+        trifecta decisions use it (the verifier re-decides them with the same record)."""
+
+    def audit(self, kind: str, body: Mapping[str, Any]) -> None:
+        """Queue an audit record; ``flush`` makes the queue durable in one group commit.
+
+        The rule that keeps this honest: flush before every effect outside the evidence (a
+        worktree, a process, a merge) and at the end of each tick, so no effect ever happens on
+        the strength of a decision that a crash could lose.
+        """
+        self._pending.append((kind, body))
+
+    def flush(self) -> None:
+        """Append the queued audit records in one group commit (see ``audit``)."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.recorder.store("audit").append_many(pending)
+
+    def move(self, task: str, target: TaskState, reason: str) -> bool:
+        """Apply a transition if legal; an illegal one is refused and recorded, not applied."""
+        current = self.states[task]
+        if not is_legal(current, target):
+            self.audit(
+                "task.refused",
+                {"task": task, "from": current.value, "to": target.value, "reason": reason},
+            )
+            return False
+        self.audit(
+            "task.transition",
+            {"task": task, "from": current.value, "to": target.value, "reason": reason},
+        )
+        self.set_state(task, target)
+        return True
+
+    def set_state(self, task: str, state: TaskState) -> None:
+        """Set a state without a record: only for states whose record already exists (a
+        ``task.planned`` being written, or one replayed from the audit store on resume)."""
+        self.states[task] = state
+        self.table.set_state(task, state)
+
+    def deny(self, denial: Denial, sandbox: Mapping[str, Any] | None) -> None:
+        """Record a trifecta denial with the sandbox profile it was decided under."""
+        self.audit(
+            "capability.denied",
+            {
+                "task": denial.task,
+                "tools": list(denial.tools),
+                "tags": list(denial.tags),
+                "reason": denial.reason,
+                "sandbox": dict(sandbox) if sandbox is not None else None,
+            },
+        )
+        self.move(denial.task, S.DENIED, denial.reason)
+
+    def capsule_check(
+        self,
+        task: str,
+        now: str,
+        actions: Sequence[tuple[str, str]],
+        violations: Sequence[str],
+    ) -> None:
+        """Record a capsule decision with its inputs (the verifier recomputes it)."""
+        assert self.plan.capsule is not None
+        self.audit(
+            "capsule.check",
+            {
+                "task": task,
+                "capsule": capsule_digest(self.plan.capsule),
+                "now": now,
+                "actions": [[kind, target] for kind, target in actions],
+                "conforms": not violations,
+                "violations": list(violations),
+            },
+        )
