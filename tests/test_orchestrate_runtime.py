@@ -342,8 +342,13 @@ def test_crash_mid_run_then_resume(tmp_path: Path) -> None:
     assert "crash" in next(e["reason"] for e in ends if e["task"] == "slow")
     planned = [r["body"]["task"] for r in records if r["kind"] == "task.planned"]
     assert sorted(planned) == ["quick", "slow"]  # not declared twice on resume
+    from harness.orchestrate.sandbox import default_work_root
     from harness.receipts.keys import default_keys_dir, load_keys
 
+    # `harness init` and both runtimes used the temporary XDG folders (tests/conftest.py),
+    # never the home of whoever runs the tests.
+    assert not default_keys_dir(repo).is_relative_to(Path.home())
+    assert not default_work_root(repo).is_relative_to(Path.home())
     keys = load_keys(default_keys_dir(repo))
     report = _verified(repo, keys, tmp_path)
     assert report.status.value == "verified", report.failure
@@ -357,7 +362,7 @@ def test_receipts_vouch_for_merged_content_only(tmp_path: Path) -> None:
     from harness.verify.receipt import check_artifact, verify_receipt
 
     result = run_demo(tmp_path / "demo")
-    keys = load_keys(result.repo / ".harness" / "keys")
+    keys = load_keys(result.keys_dir)
     _, data = receipt_for_path(result.repo / ".harness", keys, "calc.py")
     receipt = verify_receipt(data)
     check_artifact(receipt, (result.repo / "calc.py").read_bytes(), "calc.py")
