@@ -406,7 +406,7 @@ _PATTERNS: Final[dict[Checker, bytes]] = {
     _opt_object: rb"(?:null|\{.*\})",
     _time: rb'"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z"',
     _commit: rb'"(?:[0-9a-f]{40}|[0-9a-f]{64})"',
-    _commit_list: rb'\[.*?\]',
+    _commit_list: rb"\[.*?\]",
     _action_list: rb"\[.*?\]",
 }
 
@@ -446,9 +446,7 @@ _WALKED: Final = frozenset({_object, _opt_object, _commit_list, _action_list})
 """Checkers whose fast-path pattern is loose: kinds using them also get ``check_body``."""
 _FREE_FORM_KINDS: Final = {
     store: frozenset(
-        kind
-        for kind, spec in kinds.items()
-        if any(c in _WALKED for _, c in spec.values())
+        kind for kind, spec in kinds.items() if any(c in _WALKED for _, c in spec.values())
     )
     for store, kinds in BODY_SPECS.items()
 }
