@@ -128,6 +128,8 @@ class DemoResult:
     bundle: Path
     summary: RunSummary
     report: Report
+    keys_dir: Path
+    """Where the demo's operator keys are: beside the repository, never inside it."""
 
 
 def make_repo(repo: Path) -> None:
@@ -146,7 +148,10 @@ def run_demo(folder: Path | None = None) -> DemoResult:
     repo = folder / "repo"
     make_repo(repo)
     state = repo / ".harness"
-    keys = init_keys(state / "keys")
+    # Keys and worktrees outside the repository and its state folder (issue 10 §2): nothing an
+    # agent can see holds a key, even without the sandbox.
+    keys_dir = folder / "keys"
+    keys = init_keys(keys_dir)
     run_id = "demo-run"
     summary = Runtime(
         repo=repo,
@@ -157,6 +162,8 @@ def run_demo(folder: Path | None = None) -> DemoResult:
         clock=LogicalClock(),
         capabilities=DEFAULT_MATRIX,
         git_date="2026-01-01T00:00:00+00:00",
+        work_root=folder / "work",
+        keys_dir=keys_dir,
     ).run()
     bundle = export_bundle(state, folder / "bundle.tar", keys).path
     report = verify_bundle(
@@ -164,4 +171,4 @@ def run_demo(folder: Path | None = None) -> DemoResult:
         pins=TrustPolicy(frozenset({keys.key_id}), "demo key"),
         hmac_master=keys.hmac_master,
     )
-    return DemoResult(folder, repo, run_id, keys.key_id, bundle, summary, report)
+    return DemoResult(folder, repo, run_id, keys.key_id, bundle, summary, report, keys_dir)

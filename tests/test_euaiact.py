@@ -48,7 +48,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
 
 @pytest.fixture(scope="module")
 def keys(demo: DemoResult) -> OperatorKeys:
-    return load_keys(demo.repo / ".harness" / "keys")
+    return load_keys(demo.keys_dir)
 
 
 @pytest.fixture(scope="module")
@@ -434,6 +434,8 @@ def test_cli_end_to_end(demo: DemoResult, keys: OperatorKeys, tmp_path: Path, pa
             "--eu-ai-act",
             "--state",
             str(demo.repo / ".harness"),
+            "--keys",
+            str(demo.keys_dir),
             "--controller",
             "Example Ltd",
             "--since",
@@ -457,7 +459,8 @@ def test_cli_end_to_end(demo: DemoResult, keys: OperatorKeys, tmp_path: Path, pa
     bad = subprocess.run(
         [
             *(sys.executable, "-m", "harness.cli", "export", str(tmp_path / "x"), "--eu-ai-act"),
-            *("--state", str(demo.repo / ".harness"), "--retention-days", "30"),
+            *("--state", str(demo.repo / ".harness"), "--keys", str(demo.keys_dir)),
+            *("--retention-days", "30"),
         ],
         capture_output=True,
         text=True,
