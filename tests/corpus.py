@@ -1404,7 +1404,7 @@ def _cost_cases(writer: _Writer, bundle: Bundle) -> None:
     dense_dsse = bundle.copy()
     dense_dsse.members[attestation_member(RUN_ID, "lineage.dsse.json")] = sign_envelope(
         "application/vnd.in-toto+json",
-        dense_list(2 << 20),
+        dense_list(1 << 20),
         bundle.keys.signing_key,
         keyid=bundle.keys.key_id,
     )
@@ -1417,7 +1417,7 @@ def _cost_cases(writer: _Writer, bundle: Bundle) -> None:
         budget=True,
     )
     dense_cose = bundle.copy()
-    count = 2 << 20
+    count = 1 << 20
     dense_cose.members[attestation_member(RUN_ID, "run-summary.cose")] = (
         b"\x9a" + count.to_bytes(4, "big") + b"\x80" * count
     )
