@@ -46,7 +46,7 @@ class Limits:
     max_total_bytes: int = 16 << 30
     max_inflate_ratio: int = 32
     """A ``.tar.gz`` may inflate to at most ``inflate_floor_bytes`` plus this many times the
-    compressed bytes read so far. Honest bundles inflate 3-13x (hex digests, MACs and
+    compressed bytes read so far. Honest bundles inflate 3-7x (hex digests, MACs and
     signatures do not compress); a gzip bomb inflates ~1000x."""
     inflate_floor_bytes: int = 1 << 20
 
