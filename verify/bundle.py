@@ -82,9 +82,11 @@ from .report import (
     Failure,
     Outcome,
     Report,
+    SandboxSummary,
     Status,
     StoreSummary,
     failed_report,
+    unconfined_runs,
 )
 from .runreceipts import check_run_receipts
 from .semantics import run_semantics
@@ -502,6 +504,18 @@ class _Pass:
                 self.counts["tasks"] += len(run.semantics.tasks)
             except VerificationError as exc:
                 self.fail("semantics", exc)
+            else:
+                policy = run.semantics.policy
+                if policy is not None and policy.started:
+                    self.report.sandboxes.append(
+                        SandboxSummary(
+                            run.claim.run,
+                            policy.sandbox_kind(),
+                            policy.sandbox_opt_out(),
+                            tuple(policy.unsandboxed),
+                            policy.spawns,
+                        )
+                    )
 
     # ---- the verdict ----------------------------------------------------------------------------
     def conclude(self, pins: TrustPolicy) -> None:
@@ -555,6 +569,15 @@ class _Pass:
             failed_report(report, failure, first.status)
             return
         signer_id = report.signer_key_id or ""
+        unconfined = [summary for summary in report.sandboxes if summary.unsandboxed]
+        if pins.pins(signer_id) and pins.require_sandbox and unconfined:
+            reason = (
+                f"signer {signer_id} is pinned ({pins.source}), but the policy requires a "
+                f"sandbox and agents ran without one: {unconfined_runs(unconfined)}"
+            )
+            hint = CHECK_HINTS.get("trust", "")
+            failed_report(report, Failure("trust", reason, hint=hint), Status.UNTRUSTED)
+            return
         if pins.pins(signer_id):
             report.trusted_by = pins.source
             report.checks.append(
