@@ -9,12 +9,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.orchestrate.adapters import CommandAdapter, register_adapter
+from harness.orchestrate.adapters import ADAPTERS, CommandAdapter, register_adapter
 from harness.orchestrate.capabilities import DEFAULT_MATRIX, NO_TAGS, Tag
 from harness.orchestrate.clock import LogicalClock
 from harness.orchestrate.demo import demo_plan, make_repo, run_demo
@@ -98,6 +99,17 @@ def _command_plan(task_id: str, adapter: str, **task: Any) -> dict[str, Any]:
 
 _TRUSTED_TEST_ADAPTERS: dict[str, frozenset[Tag]] = {}
 _MATRIX = DEFAULT_MATRIX
+
+
+@pytest.fixture(autouse=True)
+def _restore_adapter_registry() -> Iterator[None]:
+    """``_script`` registers adapters in the process-wide registry: take them out again, so no
+    other test sees them (test_orchestrate_adapters checks the registry's exact contents; a
+    random test order found the leak)."""
+    saved = dict(ADAPTERS)
+    yield
+    ADAPTERS.clear()
+    ADAPTERS.update(saved)
 
 
 def _script(tmp: Path, name: str, body: str) -> str:
@@ -298,7 +310,7 @@ def test_crash_mid_run_then_resume(tmp_path: Path) -> None:
     first = textwrap.dedent(f"""
         import sys
         from pathlib import Path
-        from harness.orchestrate.adapters import CommandAdapter, register_adapter
+        from harness.orchestrate.adapters import ADAPTERS, CommandAdapter, register_adapter
         from dataclasses import replace
         from harness.orchestrate.capabilities import DEFAULT_MATRIX, NO_TAGS
         from harness.orchestrate.clock import wall_clock
