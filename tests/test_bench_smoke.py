@@ -26,6 +26,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["runtime.py", "--tasks", "3"],
         ["crash_stress.py", "--rounds", "5"],
         ["gate.py", "--size-mib", "1"],
+        ["hostile.py", "--receipts", "20", "40"],
         ["policy.py", "--tasks", "60"],
     ],
     ids=lambda args: args[0],

@@ -186,3 +186,50 @@ def test_accepted_canonical_bytes_re_encode_to_themselves(value: Any) -> None:
         return
     out = canonical_bytes(value)
     assert canonical_bytes(parse_canonical(out)) == out
+
+
+# ---- the orjson fast path beyond ASCII (BMP only) -------------------------------------------
+
+
+def test_orjson_writes_every_bmp_character_as_rfc8785_does() -> None:
+    """The fast path's claim: for every code point of the Basic Multilingual Plane (surrogates
+    cannot occur in valid UTF-8), orjson and RFC 8785 serialize a string identically."""
+    import orjson
+
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        text = chr(code)
+        assert orjson.dumps(text) == rfc8785.dumps(text), hex(code)
+
+
+def test_supplementary_keys_take_the_exact_path() -> None:
+    """Key order is by UTF-16 code units: U+1F600 (surrogates D83D DE00) sorts before U+E000,
+    though its code point is larger. The canonical order is accepted, code point order is not."""
+    value = {"\ue000": 1, "\U0001f600": 2}
+    canonical = rfc8785.dumps(value)
+    assert canonical.index("\U0001f600".encode()) < canonical.index("\ue000".encode())
+    assert parse_canonical(canonical) == value
+    by_code_point = '{"\ue000":1,"\U0001f600":2}'.encode()
+    with pytest.raises(CanonicalEncodingError, match="not the RFC 8785 canonical form"):
+        parse_canonical(by_code_point)
+
+
+_bmp_text = st.text(
+    alphabet=st.characters(max_codepoint=0xFFFF, blacklist_categories=("Cs",)), max_size=8
+)
+
+
+@given(st.dictionaries(_bmp_text, st.one_of(st.integers(-(2**53) + 1, 2**53 - 1), _bmp_text)))
+def test_property_bmp_documents_agree_with_rfc8785(value: dict[str, object]) -> None:
+    """Fast path and exact serializer agree on BMP text: the RFC 8785 bytes are accepted and
+    decode to the value, and any other key order of the same members is refused."""
+    canonical = rfc8785.dumps(value)
+    assert parse_canonical(canonical) == value
+    assert canonical_bytes(value) == canonical
+    if len(value) >= 2:
+        reordered = dict(reversed(list(value.items())))
+        other = json.dumps(reordered, ensure_ascii=False, separators=(",", ":")).encode()
+        if other != canonical:
+            with pytest.raises(CanonicalEncodingError):
+                parse_canonical(other)

@@ -71,6 +71,7 @@ from cryptography.hazmat.primitives.asymmetric.ec import (
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
+from .ed25519 import verify_ed25519
 from .errors import InclusionProofError, VerificationError
 from .merkle import MAX_TREE_SIZE, root_from_inclusion_proof
 
@@ -523,7 +524,8 @@ def _verify_signature(
         )
     try:
         if isinstance(public_key, Ed25519PublicKey):
-            public_key.verify(signature, to_be_signed)
+            if not verify_ed25519(public_key.public_bytes_raw(), signature, to_be_signed):
+                raise InvalidSignature
         else:
             r = int.from_bytes(signature[:_P256_COORD_SIZE], "big")
             s = int.from_bytes(signature[_P256_COORD_SIZE:], "big")

@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
+from .ed25519 import verify_ed25519
 from .errors import InvalidSignatureError, MalformedNoteError, UnverifiedNoteError
 
 __all__ = [
@@ -197,13 +196,10 @@ class VerifierKey:
         """Whether ``signature`` is a valid Ed25519 signature of ``message`` by this key."""
         if len(signature) != ED25519_SIGNATURE_SIZE:
             return False
-        try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
-        except (InvalidSignature, ValueError):
-            return False
-        return True
+        return verify_ed25519(self.public_key, signature, message)
 
 
+@functools.lru_cache(maxsize=64)  # pure; a bundle names one signer key thousands of times
 def parse_verifier_key(text: str) -> VerifierKey:
     """Parse a verifier key ``name+hhhhhhhh+base64(0x01 || 32-byte Ed25519 public key)``.
 
