@@ -198,12 +198,16 @@ def test_attested_rename_is_covered(other: Other) -> None:
 
 
 def test_unpinned_signer_fails_naming_trust(demo: DemoResult) -> None:
-    for pins in (EMPTY_POLICY, _pins("ab" * 32)):
+    for pins, says in (
+        (EMPTY_POLICY, "signer not pinned: no --trusted-key and no policy"),
+        (_pins("ab" * 32), "is not among the pinned keys (--trusted-key)"),
+    ):
         report = run_gate(demo.repo, _base(demo.repo), "HEAD", demo.bundle, pins)
         assert not report.passed
         assert report.exit_code is ExitCode.UNTRUSTED
         assert report.bundle_status is Status.UNTRUSTED
-        assert "not pinned" in report.reason or "not among the pinned" in report.reason
+        assert says in report.reason
+        assert "--trusted-key KEY" in report.reason  # and how to pin
         assert all(entry.verdict == "uncovered" for entry in report.files)
 
 
