@@ -20,19 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from bundle import _REPORT_OWN_RSS  # bench/bundle.py (scripts run from bench/)
+
 from harness.orchestrate import git
 from harness.orchestrate.demo import run_demo
-
-_REPORT_OWN_RSS = (
-    "import atexit, sys\n"
-    "def _hwm():\n"
-    "    for line in open('/proc/self/status'):\n"
-    "        if line.startswith('VmHWM:'):\n"
-    "            sys.stderr.write('peak_rss_kb %s\\n' % line.split()[1])\n"
-    "atexit.register(_hwm)\n"
-    "from harness.verify.cli import main\n"
-    "main(sys.argv[1:])\n"
-)
 
 
 def main() -> None:

@@ -11,7 +11,6 @@ passed (exit 0) before decision 0016; each test here runs the real CLI, as CI do
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -27,8 +26,8 @@ from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.runtime import Runtime
 from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys, init_keys
+from tests.action_steps import action_step
 
-ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MALICIOUS = "def add(a, b):\n    return a + b  # and send ~/.ssh to evil.example\n"
 
@@ -236,21 +235,6 @@ def test_bundle_mode_discovers_nothing(attack: Attack, tmp_path: Path) -> None:
 # ---- the GitHub Action's own step, run from action.yml ------------------------------------
 
 
-def _action_step(name: str) -> str:
-    """The ``run: |`` script of the composite step called ``name`` in action.yml."""
-    text = (ROOT / "action.yml").read_text(encoding="utf-8")
-    start = text.index(f"- name: {name}")
-    match = re.compile(r"\n(\s+)run: \|\n").search(text, start)
-    assert match is not None
-    indent = len(match.group(1)) + 2
-    lines = []
-    for line in text[match.end() :].splitlines():
-        if line.strip() and len(line) - len(line.lstrip()) < indent:
-            break
-        lines.append(line[indent:])
-    return "\n".join(lines) + "\n"
-
-
 def _run_action(
     attack: Attack, keys: str, tmp_path: Path, base_policy: str = "false"
 ) -> subprocess.CompletedProcess[str]:
@@ -269,7 +253,7 @@ def _run_action(
     }
     (tmp_path / "runner-temp").mkdir(exist_ok=True)
     return subprocess.run(
-        ["bash", "-c", _action_step("Run the gate")],
+        ["bash", "-c", action_step("Run the gate")],
         cwd=attack.repo,
         env=env,
         capture_output=True,

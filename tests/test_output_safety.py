@@ -48,8 +48,8 @@ from harness.verify.report import (
     StoreSummary,
     failed_report,
 )
+from tests.action_steps import action_step
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO_FILES = 5
 HOSTILE_NAMES = [
     b"caf\xe9.txt",  # Latin-1, not UTF-8: arrives as a str with a lone surrogate
@@ -238,21 +238,6 @@ def test_action_step_with_hostile_names(demo: DemoResult, hostile: Path, tmp_pat
     _assert_inert_markdown(_assert_safe_lines(text, "summary"), rows)
 
 
-def _action_step(name: str) -> str:
-    """The ``run: |`` script of the composite step called ``name`` in action.yml."""
-    text = (ROOT / "action.yml").read_text(encoding="utf-8")
-    start = text.index(f"- name: {name}")
-    match = re.compile(r"\n(\s+)run: \|\n").search(text, start)
-    assert match is not None
-    indent = len(match.group(1)) + 2
-    lines = []
-    for line in text[match.end() :].splitlines():
-        if line.strip() and len(line) - len(line.lstrip()) < indent:
-            break
-        lines.append(line[indent:])
-    return "\n".join(lines) + "\n"
-
-
 def test_the_actions_own_step_with_hostile_names(
     demo: DemoResult, hostile: Path, tmp_path: Path
 ) -> None:
@@ -276,7 +261,7 @@ def test_the_actions_own_step_with_hostile_names(
         "RUNNER_TEMP": str(temp),
     }
     done = subprocess.run(
-        ["bash", "-c", _action_step("Run the gate")],
+        ["bash", "-c", action_step("Run the gate")],
         cwd=hostile,
         env=env,
         capture_output=True,

@@ -98,6 +98,15 @@ def _receipt_cli(
     )  # fmt: skip
 
 
+def _check_again(cwd: Path, demo: DemoResult) -> subprocess.CompletedProcess[str]:
+    """``harness-verify receipt`` on the receipt and artifact already in ``cwd`` (text)."""
+    return subprocess.run(
+        [str(BIN / "harness-verify"), "receipt", "calc.py.receipt.json", "--artifact",
+         "calc.py", "--trusted-key", demo.key_id],
+        cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
 FAILED_CALC = b"def add(a, b):\n    return a - b\n"
 
 
@@ -140,20 +149,12 @@ def test_genuine_receipt_verifies_and_says_what_it_certifies(
     assert report["mode"] == "100644"
     # The same bytes with the executable bit: not what the record attests.
     os.chmod(tmp_path / "calc.py", 0o755)
-    done = subprocess.run(
-        [str(BIN / "harness-verify"), "receipt", "calc.py.receipt.json", "--artifact",
-         "calc.py", "--trusted-key", demo.key_id],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = _check_again(tmp_path, demo)
     assert done.returncode == 1, done.stdout
     assert "git mode 100755" in done.stdout
     # A symbolic link whose target text is the attested content is not the file either.
     (tmp_path / "calc.py").unlink()
     os.symlink(content.decode(), tmp_path / "calc.py")
-    done = subprocess.run(
-        [str(BIN / "harness-verify"), "receipt", "calc.py.receipt.json", "--artifact",
-         "calc.py", "--trusted-key", demo.key_id],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    done = _check_again(tmp_path, demo)
     assert done.returncode == 1, done.stdout
     assert "git mode 120000" in done.stdout

@@ -49,6 +49,16 @@ class Format(StrEnum):
     SARIF = "sarif"
 
 
+RequireSandbox = Annotated[
+    bool,
+    typer.Option(
+        "--require-sandbox",
+        help="Trust only runs whose agents and gates all ran in a sandbox (as "
+        "[require] sandbox = true in a policy file); otherwise exit 3.",
+    ),
+]
+
+
 class _Progress:
     """Progress on stderr: a rewritten line on a TTY, a plain line every few seconds otherwise."""
 
@@ -154,14 +164,7 @@ def bundle_command(
     max_bytes: Annotated[
         int, typer.Option(min=1, help="Refuse bundles whose members add up to more bytes.")
     ] = Limits().max_total_bytes,
-    require_sandbox: Annotated[
-        bool,
-        typer.Option(
-            "--require-sandbox",
-            help="Trust only runs whose agents and gates all ran in a sandbox (as "
-            "[require] sandbox = true in a policy file); otherwise exit 3.",
-        ),
-    ] = False,
+    require_sandbox: RequireSandbox = False,
 ) -> None:
     """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
     consistency proofs, HMAC chains (with --hmac-key), and whether the signer is pinned."""
@@ -268,14 +271,7 @@ def gate_command(
         Path | None,
         typer.Option(help="Append a markdown table to this file (e.g. $GITHUB_STEP_SUMMARY)."),
     ] = None,
-    require_sandbox: Annotated[
-        bool,
-        typer.Option(
-            "--require-sandbox",
-            help="Trust only runs whose agents and gates all ran in a sandbox (as "
-            "[require] sandbox = true in a policy file); otherwise exit 3.",
-        ),
-    ] = False,
+    require_sandbox: RequireSandbox = False,
 ) -> None:
     """Merge gate: pass only if every file changed between --base and --head is covered by a
     merged, attested agent write (or delete) in a verified bundle signed by a pinned key."""

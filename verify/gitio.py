@@ -46,10 +46,11 @@ def git_argv(*args: str) -> list[str]:
     return ["git", *GIT_CONFIG, *args]
 
 
-def git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) -> bytes:
-    """Run git in ``repo``; its stdout. GateUsageError when git fails (``check``) or is missing."""
+def _run(
+    repo: Path, args: tuple[str, ...], stdin: bytes | None
+) -> subprocess.CompletedProcess[bytes]:
     try:
-        done = subprocess.run(
+        return subprocess.run(
             git_argv(*args),
             cwd=repo,
             env=git_env(),
@@ -64,7 +65,12 @@ def git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) 
         raise GateUsageError(f"{repo} is not a directory") from None
     except subprocess.TimeoutExpired:
         raise GateUsageError(f"git {args[0]} timed out after {GIT_TIMEOUT_S} s") from None
-    if done.returncode != 0 and check:
+
+
+def git(repo: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """Run git in ``repo``; its stdout. GateUsageError when git fails or is missing."""
+    done = _run(repo, args, stdin)
+    if done.returncode != 0:
         message = done.stderr.decode("utf-8", "replace").strip().splitlines()
         raise GateUsageError(
             f"git {args[0]} failed: {message[-1] if message else f'exit {done.returncode}'}"
@@ -75,17 +81,9 @@ def git(repo: Path, *args: str, stdin: bytes | None = None, check: bool = True) 
 def git_ok(repo: Path, *args: str) -> bool:
     """Whether git exits 0 (for predicates such as ``merge-base --is-ancestor``)."""
     try:
-        done = subprocess.run(
-            git_argv(*args),
-            cwd=repo,
-            env=git_env(),
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return _run(repo, args, None).returncode == 0
+    except GateUsageError:
         return False
-    return done.returncode == 0
 
 
 def resolve_commit(repo: Path, ref: str) -> str:
