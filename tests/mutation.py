@@ -60,6 +60,10 @@ TESTS: dict[str, list[str]] = {
     "verify/intoto.py": ["tests/test_intoto.py", "tests/test_dsse_vectors.py"],
     "verify/records.py": ["tests/test_records.py", "tests/test_store.py"],
     "verify/storecheck.py": ["tests/test_storecheck.py", "tests/test_store.py"],
+    "verify/gatecover.py": ["tests/test_gatecover.py"],
+    "verify/basepolicy.py": ["tests/test_basepolicy.py"],
+    "verify/policy.py": ["tests/test_policy.py", "tests/test_basepolicy.py"],
+    "verify/ed25519.py": ["tests/test_ed25519_memo.py", "tests/test_note.py"],
 }
 
 

@@ -1,0 +1,78 @@
+"""verify/gatecover.py, the merge gate's coverage rule, by table and by property (pure: no git,
+no bundle). The same rule judged on real runs: tests/test_gate_binding.py."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.verify.gatecover import (
+    BROKEN_HISTORY,
+    MODE_DIFFERS,
+    PARENT_DIFFERS,
+    PathAction,
+    State,
+    judge_transition,
+)
+
+A, B, C = ("a" * 64, "100644"), ("b" * 64, "100644"), ("c" * 64, "100644")
+AX = ("a" * 64, "100755")
+
+
+def _act(parent: State, result: State, seq: int, run: str = "r") -> PathAction:
+    kind = "artifact.delete" if result is None else "artifact.write"
+    return PathAction(
+        "p", kind, result, parent, run, "t", seq, f"2026-01-01T00:00:{seq:02d}.000000Z"
+    )
+
+
+@pytest.mark.parametrize(
+    "base, head, actions, covered, reason",
+    [
+        (A, B, [_act(A, B, 1)], True, "sha256"),
+        (None, B, [_act(None, B, 1)], True, "sha256"),
+        (A, None, [_act(A, None, 1)], True, "deleted"),
+        (A, C, [_act(A, B, 1), _act(B, C, 2)], True, "sha256"),
+        (B, C, [_act(A, B, 1), _act(B, C, 2)], True, "sha256"),
+        (A, C, [_act(B, C, 2), _act(A, B, 1)], True, "sha256"),  # order by time, not input
+        (C, B, [_act(A, B, 1)], False, PARENT_DIFFERS),
+        (A, B, [_act(None, B, 1)], False, PARENT_DIFFERS),
+        (None, B, [_act(A, B, 1)], False, PARENT_DIFFERS),
+        (AX, B, [_act(A, B, 1)], False, PARENT_DIFFERS),  # parent mode is bound too
+        (A, C, [_act(A, B, 1), _act(A, C, 2)], True, "sha256"),  # the latest starts at base
+        (C, A, [_act(A, B, 1), _act(C, A, 2)], True, "sha256"),
+        (A, C, [_act(C, B, 1), _act(A, C, 2)], True, "sha256"),
+        (B, C, [_act(A, B, 1), _act(A, C, 2)], False, BROKEN_HISTORY),
+        (A, AX, [_act(A, A, 1)], False, MODE_DIFFERS),
+        (A, None, [_act(A, B, 1)], False, "deletion not attested"),
+        (A, B, [_act(A, None, 1)], False, "no receipt"),
+        (A, B, [], False, "no receipt"),
+        (A, None, [], False, "deletion not attested"),
+    ],
+)
+def test_transition_table(
+    base: State, head: State, actions: list[PathAction], covered: bool, reason: str
+) -> None:
+    coverage = judge_transition(base, head, actions)
+    assert coverage.covered is covered, coverage.reason
+    assert coverage.reason.startswith(reason), coverage.reason
+
+
+def test_gitlinks_are_never_covered() -> None:
+    assert not judge_transition(A, B, [_act(A, B, 1)], gitlink=True).covered
+
+
+_states = st.one_of(st.none(), st.sampled_from([A, B, C, AX]))
+
+
+@given(base=_states, head=_states, chain=st.lists(_states, min_size=1, max_size=5))
+def test_property_covered_iff_a_contiguous_chain_links_base_to_head(
+    base: State, head: State, chain: list[State]
+) -> None:
+    """Actions s0->s1->...->sn (in time order) cover base->head iff head == sn and base is
+    one of the s_i for i < n (the walk back reaches it through linked actions only)."""
+    actions = [_act(chain[i - 1], chain[i], i) for i in range(1, len(chain))]
+    coverage = judge_transition(base, head, actions)
+    expected = bool(actions) and head == chain[-1] and base in chain[:-1]
+    assert coverage.covered is expected, (base, head, chain, coverage.reason)
