@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,10 +25,12 @@ from harness.receipts.keys import (
     init_keys,
     load_keys,
 )
-from harness.receipts.run import RunRecorder
+from harness.receipts.run import RunRecorder, run_dir
+from harness.verify.records import RUN_ID_RE
 
 from .capabilities import DEFAULT_MATRIX, CapabilityError, load_capabilities
 from .clock import LogicalClock, wall_clock
+from .model import Plan
 from .plan import PlanError, load_plan
 from .replay import Journal
 from .runtime import RunSummary, Runtime
@@ -40,8 +43,80 @@ class StateError(Exception):
     """The repository, plan or state cannot be used (message says why)."""
 
 
+class UsageError(StateError):
+    """The command line names something that does not exist or is malformed (exit 2)."""
+
+
 def state_dir(repo: Path) -> Path:
     return repo / STATE_NAME
+
+
+def check_run_id(run_id: str) -> None:
+    """Refuse a malformed run id before anything is created (the stores would refuse it
+    half-way, after a run folder exists)."""
+    if not RUN_ID_RE.fullmatch(run_id):
+        raise UsageError(
+            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+
+
+def known_runs(state: Path) -> list[str]:
+    """The runs recorded in ``state`` (folders holding an audit store), sorted."""
+    root = state / "runs"
+    if not root.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and RUN_ID_RE.fullmatch(p.name) and (p / "audit.jsonl").is_file()
+    )
+
+
+def require_runs(state: Path, run_ids: Iterable[str]) -> None:
+    """Refuse a run id that names no recorded run: commands must never create a phantom run
+    (a signed control store for a run that never existed) or silently select nothing."""
+    for run_id in run_ids:
+        check_run_id(run_id)
+        if not (run_dir(state, run_id) / "audit.jsonl").is_file():
+            known = known_runs(state)
+            listed = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
+            raise UsageError(
+                f"no run {run_id!r} in {state}"
+                + (f" (runs: {listed})" if known else " (no runs recorded yet)")
+            )
+
+
+def task_reasons(state: Path, run_id: str) -> dict[str, str]:
+    """The reason recorded with each task's latest transition (read from the audit store,
+    best effort like ``task_states``): what ``harness run`` prints for a task not done."""
+    from harness.verify.canonical import parse_canonical
+
+    path = run_dir(state, run_id) / "audit.jsonl"
+    reasons: dict[str, str] = {}
+    if not path.is_file():
+        return reasons
+    for line in path.read_bytes().splitlines():
+        try:
+            obj = parse_canonical(line)
+        except Exception:  # a torn tail: the writer recovers it, a reader stops there
+            break
+        body = obj.get("body")
+        if obj.get("kind") == "task.transition" and isinstance(body, dict):
+            task, reason = body.get("task"), body.get("reason")
+            if isinstance(task, str) and isinstance(reason, str):
+                reasons[task] = reason
+    return reasons
+
+
+def plan_warnings(plan: Plan) -> list[str]:
+    """What in a valid plan cannot succeed: a task without gates can never be done (the
+    runtime fails it at gating, because nothing attests its change)."""
+    return [
+        f"task {task.id!r} has no gates: it can never be done (add a [[task.gates]] entry)"
+        for task in plan.tasks
+        if not task.gates
+    ]
 
 
 def keys_dir_for(repo: Path, keys: Path | None = None) -> Path:
@@ -130,7 +205,12 @@ def run_plan(
     keys: Path | None = None,
     no_sandbox: bool = False,
     work_root: Path | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> RunSummary:
+    if run_id is not None:
+        check_run_id(run_id)
+    if replay is not None:
+        check_run_id(replay)
     state = state_dir(repo)
     folder, operator_keys = load_run_keys(repo, keys)
     if work_root is not None:
@@ -141,6 +221,9 @@ def run_plan(
         plan = load_plan(plan_file)
     except (PlanError, OSError) as exc:
         raise StateError(str(exc)) from None
+    if warn is not None:
+        for message in plan_warnings(plan):
+            warn(message)
     if run_id is None:
         run_id = replay or f"{plan.name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
     journal_root = (journal_state or state) / "journals"
@@ -170,6 +253,7 @@ def run_plan(
 
 def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = None) -> int:
     state = state_dir(repo)
+    require_runs(state, [run_id])
     _, operator_keys = load_run_keys(repo, keys)
     with RunRecorder(state, run_id, operator_keys) as run:
         return run.record(

@@ -31,6 +31,7 @@ EXIT_CODES_HELP: Final = (
     "input."
 )
 SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate"})
+ROOT_OPTIONS: Final = frozenset({"--help", "-h", "--version", "-v"})
 
 app = typer.Typer(
     name="harness-verify",
@@ -309,15 +310,35 @@ def gate_command(
     raise typer.Exit(int(report.exit_code))
 
 
+def _print_version(value: bool) -> None:
+    """Eager, so ``harness-verify --version`` needs no bundle argument."""
+    if value:
+        from .bundle import verifier_version
+
+        typer.echo(f"harness-verify {verifier_version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-v",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
     """Verify harness evidence offline, strictly."""
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: ``harness-verify BUNDLE`` means ``harness-verify bundle BUNDLE``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] not in SUBCOMMANDS and args[0] not in {"--help", "-h"}:
+    if args and args[0] not in SUBCOMMANDS and args[0] not in ROOT_OPTIONS:
         args.insert(0, "bundle")
     app(args=args, prog_name="harness-verify")
 

@@ -33,13 +33,40 @@ def _keys_for(state: Path, keys_dir: Path | None) -> Path:
     return legacy if not default.exists() and legacy.is_dir() else default
 
 
-@app.callback()
-def _root(
-    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
-) -> None:
-    if version:
-        typer.echo(__version__)
+EXIT_HELP = (
+    "Exit codes: 0 success (for run: every task done); 1 the work failed (a task not done, "
+    "evidence invalid, a key or store error); 2 usage error (bad option, malformed or unknown "
+    "run id, a folder that must be new is not)."
+)
+
+
+def _print_version(value: bool) -> None:
+    """Eager: ``harness --version`` needs no subcommand (a group would otherwise ask for one)."""
+    if value:
+        typer.echo(f"harness {__version__}")
         raise typer.Exit(0)
+
+
+def _usage_error(message: str) -> typer.Exit:
+    """One line on stderr and exit 2, the convention shared with ``harness-verify``."""
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+@app.callback(epilog=EXIT_HELP)
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-v",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
+) -> None:
+    """Record AI coding-agent runs as verifiable evidence."""
 
 
 @keys_app.command("init")
@@ -97,6 +124,22 @@ def record(
     typer.echo(json.dumps({"store": store, "run": run_id, "seq": seq}))
 
 
+def _check_runs_and_parent(state: Path, run_ids: list[str] | None, out: Path | None) -> None:
+    """Usage errors (exit 2) before anything is sealed: a ``--run`` naming no recorded run,
+    and an output whose parent folder does not exist (never created silently: a typo in a
+    path would otherwise scatter evidence)."""
+    from harness.orchestrate.state import UsageError, require_runs
+
+    try:
+        require_runs(state, run_ids or [])
+    except UsageError as exc:
+        raise _usage_error(str(exc)) from None
+    if out is not None and not out.absolute().parent.is_dir():
+        raise _usage_error(
+            f"{out}: the folder {out.absolute().parent} does not exist (create it first)"
+        )
+
+
 @app.command("export")
 def export(
     out: Annotated[
@@ -134,6 +177,8 @@ def export(
     from harness.receipts.bundle import ExportError, export_bundle
     from harness.receipts.keys import KeyFileError, load_keys
     from harness.receipts.store import StoreError
+
+    _check_runs_and_parent(state, run_ids, out)
 
     if eu_ai_act:
         from harness.receipts.euaiact import export_pack
@@ -190,6 +235,8 @@ def receipt(
     from harness.receipts.keys import KeyFileError, load_keys
     from harness.receipts.store import StoreError
 
+    _check_runs_and_parent(state, run_ids, out)
+
     name = artifact.as_posix().removeprefix("./")
     try:
         keys = load_keys(_keys_for(state, keys_dir))
@@ -211,9 +258,19 @@ def demo(
     """The main job end to end: a throw-away repo, a plan run by the scripted agent in real
     worktrees with real gates, then bundle.tar exported and verified offline."""
     from harness.orchestrate.demo import run_demo
+    from harness.receipts.keys import KeyFileError
     from harness.verify.render import render_text
 
-    result = run_demo(folder)
+    if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise _usage_error(
+            f"--dir {folder}: exists and is not an empty folder; the demo creates a new "
+            "repository and keys there, choose a new or empty folder"
+        )
+    try:
+        result = run_demo(folder)
+    except (KeyFileError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     typer.echo(render_text(result.report))
     typer.echo("tasks:")
     for task, state in sorted(result.summary.states.items()):
@@ -291,7 +348,12 @@ def run(
     from harness.orchestrate.capabilities import CapabilityError
     from harness.orchestrate.runtime import RunAbortedError
     from harness.orchestrate.sandbox.policy import SandboxUnavailableError
-    from harness.orchestrate.state import StateError, run_plan
+    from harness.orchestrate.state import StateError, UsageError, run_plan, state_dir, task_reasons
+    from harness.receipts.store import StoreError
+    from harness.verify.rules.fsm import TaskState
+
+    def warn(message: str) -> None:
+        typer.echo(f"warning: {message}", err=True)
 
     try:
         summary = run_plan(
@@ -304,23 +366,55 @@ def run(
             capabilities=capabilities,
             keys=keys_dir,
             no_sandbox=no_sandbox,
+            warn=warn,
         )
-    except (StateError, CapabilityError, RunAbortedError, SandboxUnavailableError, OSError) as exc:
+    except UsageError as exc:
+        raise _usage_error(str(exc)) from None
+    except (
+        StateError,
+        StoreError,
+        CapabilityError,
+        RunAbortedError,
+        SandboxUnavailableError,
+        OSError,
+    ) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    reasons = task_reasons(state_dir(repo.absolute()), summary.run_id)
     typer.echo(f"run {summary.run_id}: {summary.batches} batch(es)")
+    not_done = 0
     for task, state in sorted(summary.states.items()):
-        typer.echo(f"  {task:12} {state.value}")
+        if state is TaskState.DONE:
+            typer.echo(f"  {task:12} {state.value}")
+        else:
+            not_done += 1
+            typer.echo(f"  {task:12} {state.value}: {reasons.get(task, 'no reason recorded')}")
+    if not_done:
+        typer.echo(
+            f"error: run {summary.run_id} did not complete: {not_done} of "
+            f"{len(summary.states)} task(s) not done",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 @app.command("status")
-def status(repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path()) -> None:
+def status(
+    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+    run_ids: Annotated[
+        list[str] | None, typer.Option("--run", help="Only this run (repeatable; default all).")
+    ] = None,
+) -> None:
     """Runs and the state of each task, read from the audit stores."""
     from harness.orchestrate.runtime import task_states
-    from harness.orchestrate.state import state_dir
+    from harness.orchestrate.state import UsageError, known_runs, require_runs, state_dir
 
     state = state_dir(repo.absolute())
-    runs = sorted(p.name for p in (state / "runs").glob("*") if p.is_dir())
+    try:
+        require_runs(state, run_ids or [])
+    except UsageError as exc:
+        raise _usage_error(str(exc)) from None
+    runs = sorted(set(run_ids)) if run_ids else known_runs(state)
     if not runs:
         typer.echo("no runs")
     for run_id in runs:
@@ -337,10 +431,12 @@ def stop(
     keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
 ) -> None:
     """Ask a running run to stop: recorded in its control store, honoured at the next tick."""
-    from harness.orchestrate.state import StateError, request_stop
+    from harness.orchestrate.state import StateError, UsageError, request_stop
 
     try:
         seq = request_stop(repo.absolute(), run_id, operator, keys_dir)
+    except UsageError as exc:
+        raise _usage_error(str(exc)) from None
     except StateError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
