@@ -44,3 +44,10 @@ def test_repeats_reach_openssl_once_and_large_messages_are_not_kept() -> None:
     large = b"l" * (CACHED_MESSAGE_BYTES + 1)
     assert verify_ed25519(PUBLIC, KEY.sign(large), large)
     assert ed25519._verify_remembered.cache_info().currsize == 1
+
+
+def test_the_cache_bound_is_inclusive() -> None:
+    ed25519._verify_remembered.cache_clear()
+    edge = b"e" * CACHED_MESSAGE_BYTES
+    assert verify_ed25519(PUBLIC, KEY.sign(edge), edge)
+    assert ed25519._verify_remembered.cache_info().currsize == 1

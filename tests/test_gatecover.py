@@ -9,8 +9,13 @@ from hypothesis import strategies as st
 
 from harness.verify.gatecover import (
     BROKEN_HISTORY,
+    CONTENT_DIFFERS,
+    DELETION_NOT_ATTESTED,
     MODE_DIFFERS,
+    NO_RECEIPT,
     PARENT_DIFFERS,
+    SUBMODULE,
+    Coverage,
     PathAction,
     State,
     judge_transition,
@@ -60,7 +65,7 @@ def test_transition_table(
 
 
 def test_gitlinks_are_never_covered() -> None:
-    assert not judge_transition(A, B, [_act(A, B, 1)], gitlink=True).covered
+    assert judge_transition(A, B, [_act(A, B, 1)], gitlink=True).covered is False
 
 
 _states = st.one_of(st.none(), st.sampled_from([A, B, C, AX]))
@@ -76,3 +81,43 @@ def test_property_covered_iff_a_contiguous_chain_links_base_to_head(
     coverage = judge_transition(base, head, actions)
     expected = bool(actions) and head == chain[-1] and base in chain[:-1]
     assert coverage.covered is expected, (base, head, chain, coverage.reason)
+
+
+def test_reasons_and_evidence_are_exact() -> None:
+    """The whole reason text and the vouching action, for every kind of verdict (the gate's
+    report shows both: the run, task and seq of the evidence, and why)."""
+    first, second = _act(A, B, 1, run="r1"), _act(B, C, 2, run="r2")
+    covered = judge_transition(A, C, [second, first])
+    assert covered.covered is True
+    assert covered.evidence is second
+    assert covered.reason == (
+        f"sha256 {'c' * 12}… mode 100644 matches the final write of task t, "
+        f"from the base's 100644 {'a' * 12}…"
+    )
+    new_file = judge_transition(None, B, [_act(None, B, 1)])
+    assert new_file.reason.endswith("from the base's absent")
+    deleted = _act(A, None, 3)
+    assert judge_transition(A, None, [deleted]) == Coverage(
+        True, "deleted by merged task t", deleted
+    )
+    write = _act(A, B, 1)
+    cases = [
+        (A, None, [write], "deletion not attested (the bundle's last attested action on this "
+         "path is a write)"),
+        (A, B, [deleted], "no receipt for this file (the bundle's last attested action on this "
+         "path deletes it)"),
+        (A, C, [write], CONTENT_DIFFERS),
+        (A, ("b" * 64, "100755"), [write],
+         "git mode differs from the attested write (100755 at head, 100644 attested)"),
+        (C, B, [write], f"{PARENT_DIFFERS}: base 100644 {'c' * 12}…, attested parent "
+         f"100644 {'a' * 12}…"),
+        (None, B, [write], f"{PARENT_DIFFERS}: base absent, attested parent 100644 {'a' * 12}…"),
+    ]  # fmt: skip
+    for base, head, actions, reason in cases:
+        coverage = judge_transition(base, head, actions)
+        assert coverage == Coverage(False, reason, actions[-1]), (base, head)
+    broken = [_act(A, B, 1), _act(A, C, 2)]
+    assert judge_transition(B, C, broken) == Coverage(False, BROKEN_HISTORY, broken[-1])
+    assert judge_transition(A, B, [write], gitlink=True) == Coverage(False, SUBMODULE, None)
+    assert judge_transition(A, B, []) == Coverage(False, NO_RECEIPT, None)
+    assert judge_transition(A, None, []) == Coverage(False, DELETION_NOT_ATTESTED, None)
