@@ -38,6 +38,7 @@ from harness.verify.canonical import canonical_bytes
 from harness.verify.layout import MANIFEST, store_member, tar_member_info
 from harness.verify.lineage import FOLD_ORDER, FinalArtifacts, MergeFacts
 from harness.verify.manifest import parse_manifest
+from harness.verify.packcheck import PACK_SIG, WHEELHOUSE, listing_document, pack_note_text
 from harness.verify.policy import TrustPolicy
 from harness.verify.records import MAX_LINE_BYTES, TIME_RE, Record, parse_record_line
 from harness.verify.render import render_json
@@ -60,6 +61,7 @@ from .euaiact_text import (
     SECTION_PROVISIONS,
     VERIFICATION_NAME,
 )
+from .euaiact_wheel import build_wheel, check_wheel, wheelhouse_files
 from .keys import OperatorKeys
 
 REPORT_FORMAT: Final = "harness-verify/eu-ai-act-report"
@@ -462,12 +464,31 @@ def _integrity(
     }
 
 
-def _verification(key_id: str) -> dict[str, Any]:
+OFFLINE_VENV: Final = "../harness-verify-env"
+"""Where the README's offline install puts its venv: outside the pack, which must hold only
+its listed files."""
+
+
+def _verification(key_id: str, wheel: str, wheelhouse: bool) -> dict[str, Any]:
+    """How to verify: always with the verifier wheel the pack carries, never from an index
+    (whoever holds a package name there would decide what auditors run)."""
+    run = f"pipx run --spec ./{wheel} harness-verify"
+    commands = [
+        f"{run} pack . --trusted-key {key_id}",
+        f"{run} {BUNDLE_NAME} --trusted-key {key_id}",
+        f"{run} {BUNDLE_NAME} --trusted-key {key_id} --format json",
+    ]
+    if wheelhouse:
+        commands += [
+            "fully offline, with the dependency wheels in wheelhouse/ (built for one platform), "
+            "into a virtual environment next to (not inside) the pack folder:",
+            f"python3 -m venv {OFFLINE_VENV}",
+            f"{OFFLINE_VENV}/bin/pip install --no-index --find-links wheelhouse ./{wheel}",
+            f"{OFFLINE_VENV}/bin/harness-verify pack . --trusted-key {key_id}",
+        ]
     return {
-        "commands": [
-            f"pipx run harness-verify {BUNDLE_NAME} --trusted-key {key_id}",
-            f"pipx run harness-verify {BUNDLE_NAME} --trusted-key {key_id} --format json",
-        ],
+        "commands": commands,
+        "wheel": wheel,
         "expected_exit_code": 0,
         "compare": [
             "the exit code is 0 and the verdict is VERIFIED",
@@ -476,7 +497,8 @@ def _verification(key_id: str) -> dict[str, Any]:
             f"the JSON output equals {VERIFICATION_NAME} (apart from the bundle path and the "
             "verifier version if it differs)",
             "the checkpoint roots and record counts equal the integrity section of report.json",
-            "the SHA-256 of every pack file equals pack-manifest.json",
+            "the SHA-256 of every pack file equals pack-manifest.json, which "
+            "pack-manifest.sig signs with the same key (harness-verify pack checks both)",
         ],
     }
 
@@ -491,6 +513,8 @@ def build_report(
     controller: str,
     retention_days: int,
     system_name: str,
+    wheel: str,
+    wheelhouse: bool = False,
 ) -> dict[str, Any]:
     """report.json's document, from the records of the (already verified) bundle."""
     manifest, runs = _read_runs(bundle)
@@ -539,7 +563,7 @@ def build_report(
             "note": RETENTION_NOTE,
             "provisions": ["art-19-1", "art-26-6"],
         },
-        "verification": _verification(keys.key_id),
+        "verification": _verification(keys.key_id, wheel, wheelhouse),
         "limitations": list(LIMITATIONS),
     }
 
@@ -561,6 +585,44 @@ def _write_pack_tar(out: Path, files: dict[str, bytes]) -> None:
     os.replace(tmp, out)
 
 
+def check_pack_out(out: Path, force: bool) -> None:
+    """Refuse to write over an existing pack (or anything else) unless ``force``."""
+    if out.is_symlink() or (out.exists() and not (out.is_dir() or out.is_file())):
+        raise PackError(f"{out}: exists and is not a folder or a file")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise PackError(f"{out}: exists and is not empty; pass --force to replace the pack")
+    if out.is_file() and not force:
+        raise PackError(f"{out}: exists; pass --force to replace the pack")
+    if out.is_dir() and out.name.endswith(".tar"):
+        raise PackError(f"{out}: is a folder, not a .tar")
+
+
+def _write_pack_dir(out: Path, files: dict[str, bytes], force: bool) -> None:
+    """Write the pack's files; with ``force``, first remove what an earlier pack left there
+    (only regular files at the top and in wheelhouse/; anything else is refused)."""
+    out.mkdir(parents=True, exist_ok=True)
+    if force:
+        stale = []
+        for path in sorted(out.iterdir()):
+            if path.is_dir() and not path.is_symlink() and path.name == WHEELHOUSE:
+                inner = sorted(path.iterdir())
+                if any(p.is_symlink() or not p.is_file() for p in inner):
+                    raise PackError(f"{path}: holds more than files; not replacing it")
+                stale += inner
+            elif path.is_file() and not path.is_symlink():
+                stale.append(path)
+            else:
+                raise PackError(f"{path}: not a pack file; not replacing {out}")
+        for path in stale:
+            path.unlink()
+    for name, data in files.items():
+        target = out / name
+        target.parent.mkdir(exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+
+
 def export_pack(
     state_dir: Path,
     out: Path,
@@ -572,8 +634,16 @@ def export_pack(
     retention_days: int = MIN_RETENTION_DAYS,
     system_name: str = "harness-verify",
     run_ids: Sequence[str] | None = None,
+    wheel: Path | None = None,
+    wheelhouse: Path | None = None,
+    force: bool = False,
 ) -> PackResult:
-    """Write the EU AI Act Article 12 evidence pack to ``out`` (a folder, or a ``.tar``)."""
+    """Write the EU AI Act Article 12 evidence pack to ``out`` (a folder, or a ``.tar``).
+
+    ``wheel``: the verifier wheel to carry (default: built from this source tree);
+    ``wheelhouse``: a folder of dependency wheels to carry too; ``force``: replace an existing
+    pack at ``out`` (refused otherwise)."""
+    check_pack_out(out, force)
     if retention_days < MIN_RETENTION_DAYS:
         raise PackError(
             f"retention must be at least {MIN_RETENTION_DAYS} days (six months, Art. 19(1) and "
@@ -584,7 +654,10 @@ def export_pack(
     chosen = select_runs(state_dir, since, until, run_ids)
     if not chosen:
         raise PackError(f"no run in {state_dir / 'runs'} has records in the window")
+    extra = [] if wheelhouse is None else wheelhouse_files(wheelhouse)
     with tempfile.TemporaryDirectory(prefix="harness-pack-") as scratch:
+        wheel_path = wheel if wheel is not None else build_wheel(Path(scratch) / "wheel")
+        wheel_name = check_wheel(wheel_path)
         bundle = Path(scratch) / BUNDLE_NAME
         export_bundle(state_dir, bundle, keys, chosen)
         report = verify_bundle(
@@ -606,6 +679,8 @@ def export_pack(
             controller=controller,
             retention_days=retention_days,
             system_name=system_name,
+            wheel=wheel_name,
+            wheelhouse=bool(extra),
         )
         files = {
             BUNDLE_NAME: bundle.read_bytes(),
@@ -613,26 +688,18 @@ def export_pack(
             REPORT_JSON: canonical_bytes(document),
             REPORT_HTML: render_html(document).encode("utf-8"),
             README_NAME: render_readme(document).encode("utf-8"),
+            wheel_name: wheel_path.read_bytes(),
         }
-    files[PACK_MANIFEST] = canonical_bytes(
-        {
-            "files": [
-                {"name": n, "sha256": hashlib.sha256(d).hexdigest(), "size": len(d)}
-                for n, d in sorted(files.items())
-            ],
-            "format": "harness-verify/eu-ai-act-pack",
-            "version": 1,
-        }
-    )
+    for path in extra:
+        files[f"{WHEELHOUSE}/{path.name}"] = path.read_bytes()
+    signer = keys.note_signer()
+    manifest = canonical_bytes(listing_document(files, signer.verifier_key(), wheel_name))
+    files[PACK_MANIFEST] = manifest
+    files[PACK_SIG] = signer.sign(pack_note_text(hashlib.sha256(manifest).hexdigest()))
     if out.name.endswith(".tar"):
         _write_pack_tar(out, files)
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in files.items():
-            target = out / name
-            tmp = out / f".{name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
+        _write_pack_dir(out, files, force)
     return PackResult(
         path=out,
         runs=tuple(chosen),
@@ -648,6 +715,7 @@ __all__ = [
     "PackError",
     "PackResult",
     "build_report",
+    "check_pack_out",
     "export_pack",
     "render_html",
     "select_runs",

@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from harness import __version__
 from harness.orchestrate.demo import DemoResult, run_demo
-from harness.receipts.euaiact import PackError, export_pack, select_runs
+from harness.receipts.euaiact import PackError, PackResult, select_runs
+from harness.receipts.euaiact import export_pack as _export_pack
 from harness.receipts.euaiact_text import PACK_FILES, PACK_MANIFEST
 from harness.receipts.keys import OperatorKeys, init_keys, load_keys
 from harness.receipts.run import RunRecorder
@@ -34,11 +36,19 @@ from harness.verify.chain import derive_store_key
 from harness.verify.records import STORES, parse_record_line
 from harness.verify.rules import trifecta
 
+from .test_pack_wheel import verifier_wheel
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "schemas" / "eu-ai-act-report.schema.json"
-ALL_FILES = (*PACK_FILES, PACK_MANIFEST)
+WHEEL = f"harness_verify-{__version__}-py3-none-any.whl"
+ALL_FILES = (*PACK_FILES, WHEEL, PACK_MANIFEST, "pack-manifest.sig")
 EXTERNAL_REF = re.compile(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", re.IGNORECASE)
 HOSTILE = '<script>alert("x")</script><img src="https://evil.invalid/x.png">'
+
+
+def export_pack(*args: Any, **kwargs: Any) -> PackResult:
+    """The exporter, carrying the session's verifier wheel (built once, not per pack)."""
+    return _export_pack(*args, wheel=verifier_wheel(), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +94,7 @@ def test_pack_files_present(pack: Path) -> None:
     assert sorted(p.name for p in pack.iterdir()) == sorted(ALL_FILES)
     manifest = parse_canonical((pack / PACK_MANIFEST).read_bytes())
     listed = {f["name"]: f for f in manifest["files"]}
-    assert sorted(listed) == sorted(PACK_FILES)
+    assert sorted(listed) == sorted((*PACK_FILES, WHEEL))
     for name, entry in listed.items():
         data = (pack / name).read_bytes()
         assert entry == {
@@ -253,7 +263,7 @@ def test_retention_below_six_months_refused(
 
 
 def test_verification_instructions(pack: Path, report: dict[str, Any], keys: OperatorKeys) -> None:
-    command = f"pipx run harness-verify bundle.tar --trusted-key {keys.key_id}"
+    command = f"pipx run --spec ./{WHEEL} harness-verify bundle.tar --trusted-key {keys.key_id}"
     assert command in report["verification"]["commands"]
     assert report["verification"]["expected_exit_code"] == 0
     readme = (pack / "README.txt").read_text("utf-8")
@@ -442,6 +452,8 @@ def test_cli_end_to_end(demo: DemoResult, keys: OperatorKeys, tmp_path: Path, pa
             "2026-01-01T00:00:00.000000Z",
             "--retention-days",
             "365",
+            "--wheel",
+            str(verifier_wheel()),
         ],
         capture_output=True,
         text=True,

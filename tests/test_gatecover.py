@@ -121,3 +121,24 @@ def test_reasons_and_evidence_are_exact() -> None:
     assert judge_transition(A, B, [write], gitlink=True) == Coverage(False, SUBMODULE, None)
     assert judge_transition(A, B, []) == Coverage(False, NO_RECEIPT, None)
     assert judge_transition(A, None, []) == Coverage(False, DELETION_NOT_ATTESTED, None)
+
+
+def test_actions_from_records() -> None:
+    """A verified lineage body becomes the transition it records."""
+    from harness.verify.gatecover import action_from_record
+
+    write = {"path": "p", "sha256": "b" * 64, "mode": "100755", "parents": ["a" * 64],
+             "parent_mode": "100644", "task": "t"}  # fmt: skip
+    assert action_from_record("r", "artifact.write", 4, "T", write) == PathAction(
+        "p", "artifact.write", ("b" * 64, "100755"), ("a" * 64, "100644"), "r", "t", 4, "T"
+    )
+    new = {**write, "parents": [], "parent_mode": None}
+    assert action_from_record("r", "artifact.write", 5, "T", new).parent is None
+    # Half a parent (a digest without a mode, or a mode without a digest) is no parent state:
+    # such a record covers no modification (fail closed), and never crashes the gate.
+    for half in ({**write, "parent_mode": None}, {**write, "parents": []}):
+        assert action_from_record("r", "artifact.write", 5, "T", half).parent is None
+    delete = {"path": "p", "parents": ["b" * 64], "parent_mode": "100755", "task": "t"}
+    assert action_from_record("r", "artifact.delete", 6, "T", delete) == PathAction(
+        "p", "artifact.delete", None, ("b" * 64, "100755"), "r", "t", 6, "T"
+    )
