@@ -6,6 +6,7 @@ Real subprocesses through the console entry points (``python -m``), real git."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -41,9 +42,12 @@ def verifier(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return _run("harness.verify.cli", *args, cwd=cwd)
 
 
-def assert_usage_error(done: subprocess.CompletedProcess[str], *needles: str) -> None:
-    """Exit 2, one ``error:`` line on stderr naming the problem, no traceback, no stdout."""
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+def assert_usage_error(
+    done: subprocess.CompletedProcess[str], *needles: str, code: int = 2
+) -> None:
+    """Exit ``code`` (2: usage), one ``error:`` line on stderr naming the problem, no
+    traceback, nothing on stdout."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and "Error" not in done.stderr.replace("error:", "")
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
@@ -142,3 +146,81 @@ def test_run_that_did_not_complete_exits_1_and_says_why(repo: Path) -> None:
     assert lines["gateless"].startswith("failed: ") and "gate" in lines["gateless"]
     status = harness("status", "--run", "r1", cwd=repo)
     assert status.returncode == 0 and "gateless" in status.stdout
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A demo folder (bundle.tar, keys/) and the signer's key id."""
+    folder = tmp_path_factory.mktemp("demo") / "D"
+    done = harness("demo", "--dir", folder, cwd=folder.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+    key_id = done.stdout.rsplit("--trusted-key ", 1)[1].strip()
+    return folder, key_id
+
+
+def test_verifier_file_errors_are_one_stderr_line(demo: tuple[Path, str], tmp_path: Path) -> None:
+    folder, key_id = demo
+    missing = verifier(tmp_path / "nope.tar", "--trusted-key", key_id, cwd=tmp_path)
+    assert_usage_error(missing, "nope.tar: no such file", code=4)  # 4: unreadable input
+    assert "damaged or crafted" not in missing.stderr
+    assert_usage_error(verifier(folder, cwd=tmp_path), "is a folder", code=4)
+    as_json = verifier(tmp_path / "nope.tar", "--format", "json", cwd=tmp_path)
+    assert as_json.returncode == 4  # a machine format keeps its document, with the hint
+    assert "no such file" in json.loads(as_json.stdout)["failure"]["hint"]
+    for tool, suffix in (("xz", "xz"), ("zstd", "zst")):
+        packed = tmp_path / f"bundle.tar.{suffix}"
+        try:
+            data = subprocess.run([tool, "-c", str(folder / "bundle.tar")], capture_output=True,
+                                  check=True).stdout  # fmt: skip
+        except FileNotFoundError:
+            continue  # the compressor is not installed here
+        packed.write_bytes(data)
+        done = verifier(packed, cwd=tmp_path)
+        assert_usage_error(done, f"{tool}-compressed", "gzip", code=4)
+    bad_hmac = verifier(folder / "bundle.tar", "--hmac-key", folder / "bundle.tar", cwd=tmp_path)
+    assert_usage_error(bad_hmac, "--hmac-key", "does not hold a hex HMAC key")
+
+
+def test_max_bytes_hint_names_the_users_limit(demo: tuple[Path, str], tmp_path: Path) -> None:
+    folder, _key_id = demo
+    done = verifier(folder / "bundle.tar", "--max-bytes", "100", cwd=tmp_path)
+    assert done.returncode == 4
+    assert "larger than the --max-bytes limit (100 bytes)" in done.stdout
+    assert "damaged or crafted" not in done.stdout
+
+
+def test_wrong_hmac_key_is_reported_as_failed_not_unchecked(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
+    folder, key_id = demo
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("ab" * 32 + "\n")
+    done = verifier(folder / "bundle.tar", "--trusted-key", key_id, "--hmac-key", wrong,
+                    cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 1
+    assert "MAC does not chain" in done.stdout
+    assert "not checked" not in done.stdout and "hmac chain:    FAILED" in done.stdout
+
+
+def test_trusted_key_spellings(demo: tuple[Path, str], tmp_path: Path) -> None:
+    folder, key_id = demo
+    bundle = folder / "bundle.tar"
+    done = verifier(bundle, "--trusted-key", f"sha256:{key_id}", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    hmac_file = folder / "keys" / "hmac.key"
+    for value in (hmac_file, tmp_path / "copy"):
+        if value != hmac_file:  # a copy beside a signing key is recognised by its format
+            keys = tmp_path / "keys"
+            keys.mkdir()
+            (keys / "signing.key").write_bytes((folder / "keys" / "signing.key").read_bytes())
+            value = keys / "master.hex"
+            value.write_bytes(hmac_file.read_bytes())
+        refused = verifier(bundle, "--trusted-key", value, cwd=tmp_path)
+        assert_usage_error(refused, "HMAC master key", "secret")
+
+
+def test_pack_period_must_not_be_empty(repo: Path) -> None:
+    done = harness("export", repo.parent / "pack", "--eu-ai-act",
+                   "--since", "2026-12-02T00:00:00.000000Z",
+                   "--until", "2026-11-01T00:00:00.000000Z", cwd=repo)  # fmt: skip
+    assert_usage_error(done, "--since 2026-12-02T00:00:00.000000Z is after --until")

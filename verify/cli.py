@@ -30,7 +30,7 @@ EXIT_CODES_HELP: Final = (
     "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
     "input."
 )
-SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate", "pack"})
+SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate"})
 ROOT_OPTIONS: Final = frozenset({"--help", "-h", "--version", "-v"})
 
 app = typer.Typer(
@@ -86,19 +86,115 @@ class _Progress:
             sys.stderr.write("\r\033[K")
 
 
+_COMPRESSION_MAGIC: Final = (
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"BZh", "bzip2"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+)
+_SIZE_LIMIT_REASONS: Final = ("members add up to more than", "expands beyond the size limit")
+HMAC_KEY_FILE_NAME: Final = "hmac.key"
+"""The HMAC master key's file name in a keys folder (``harness keys init``): a secret."""
+SIGNING_KEY_FILE_NAME: Final = "signing.key"
+
+
+def _fail(message: str, code: ExitCode) -> typer.Exit:
+    """A usage or file error: one line on stderr (never a report on stdout), then ``code``."""
+    typer.echo(f"error: {textsafe.text(message)}", err=True)
+    return typer.Exit(int(code))
+
+
+def _input_problem(path: Path) -> str | None:
+    """What is wrong with the named file itself, before it is read as evidence (all exit 4,
+    unreadable input): a missing path, a folder, or a compressed stream other than gzip. The
+    message replaces the archive hint "not a bundle ... damaged or crafted", which is wrong for
+    a typo in a path."""
+    shown = textsafe.text(path)
+    if not path.exists() and not path.is_symlink():
+        return f"{shown}: no such file (check the path of the bundle)"
+    if path.is_dir():
+        return f"{shown} is a folder; give the path of the bundle file (bundle.tar[.gz])"
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(8) if path.is_file() else b""
+    except OSError as exc:
+        return f"cannot read {shown}: {exc.strerror}"
+    for magic, name in _COMPRESSION_MAGIC:
+        if head.startswith(magic):
+            return (
+                f"{shown} is {name}-compressed; bundles are tar or gzip-compressed tar only "
+                f"(decompress it first, e.g. `{name} -d`, or re-export as .tar.gz)"
+            )
+    return None
+
+
+def _trusted_keys(values: list[str] | None) -> list[str]:
+    """``--trusted-key`` values as the policy parser takes them: ``sha256:<64 hex>`` is the
+    usual spelling of a digest (the key id is the SHA-256 of the public key), so the prefix is
+    dropped; the HMAC master key file is refused, as the signing key is: it is a secret that
+    has the same 64-hex shape as a key id and would otherwise be pinned as one."""
+    out: list[str] = []
+    for value in values or []:
+        text = value.strip()
+        if text[:7].lower() == "sha256:" and len(text) == 71:
+            text = text[7:]
+        candidate = Path(text)
+        try:
+            is_file = candidate.is_file()
+        except OSError:
+            is_file = False
+        beside_signing_key = (candidate.parent / SIGNING_KEY_FILE_NAME).exists()
+        if is_file and (
+            candidate.name == HMAC_KEY_FILE_NAME
+            or (beside_signing_key and _is_hex_secret(candidate))
+        ):
+            raise _fail(
+                f"--trusted-key {text}: this is the HMAC master key, a secret, not a public "
+                "key: never hand it to a verifier as a pin; pin the signer's key id or its "
+                "public key (signing.pub) instead",
+                ExitCode.USAGE,
+            )
+        out.append(text)
+    return out
+
+
+def _is_hex_secret(path: Path) -> bool:
+    """True for a file holding only hex (at least 64 digits): the HMAC master key's format."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(4097).strip()
+    except OSError:
+        return False
+    return len(data) >= 64 and all(c in b"0123456789abcdefABCDEF" for c in data)
+
+
+def _size_limit_hint(report: Report, max_bytes: int) -> None:
+    """The user's own ``--max-bytes`` (or its default) stopped the read: say so, instead of
+    the archive hint "not a bundle ... damaged or crafted"."""
+    failure = report.failure
+    if failure is None or failure.check != "archive":
+        return
+    if any(text in failure.reason for text in _SIZE_LIMIT_REASONS):
+        report.failure = dataclasses.replace(
+            failure,
+            hint=f"The bundle is larger than the --max-bytes limit ({max_bytes} bytes). If "
+            "you expect a bundle this large, raise --max-bytes; otherwise treat it as suspect.",
+        )
+
+
 def _read_hmac_key(path: Path) -> bytes:
     try:
         with path.open("rb") as handle:
             text = handle.read(4097)
     except OSError as exc:
-        raise typer.BadParameter(f"cannot read {textsafe.text(path)}: {exc.strerror}") from None
+        raise _fail(f"--hmac-key: cannot read {path}: {exc.strerror}", ExitCode.USAGE) from None
     try:
         key = bytes.fromhex(text.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
-        raise typer.BadParameter(f"{textsafe.text(path)} does not hold a hex HMAC key") from None
+        raise _fail(f"--hmac-key: {path} does not hold a hex HMAC key", ExitCode.USAGE) from None
     if len(key) < 32:
-        raise typer.BadParameter(
-            f"{textsafe.text(path)}: HMAC key is {len(key)} bytes, need at least 32"
+        raise _fail(
+            f"--hmac-key: {path}: HMAC key is {len(key)} bytes, need at least 32", ExitCode.USAGE
         )
     return key
 
@@ -170,13 +266,16 @@ def bundle_command(
     """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
     consistency proofs, HMAC chains (with --hmac-key), and whether the signer is pinned."""
     try:
-        pins = resolve_policy(trusted_key or [], policy, Path.cwd())
+        pins = resolve_policy(_trusted_keys(trusted_key), policy, Path.cwd())
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     if require_sandbox:
         pins = dataclasses.replace(pins, require_sandbox=True)
     master = _read_hmac_key(hmac_key) if hmac_key is not None else None
+    problem = _input_problem(bundle)
+    if problem is not None and fmt is Format.TEXT and output is None:
+        raise _fail(problem, ExitCode.UNREADABLE)  # a person at a terminal: one stderr line
     progress = _Progress(enabled=not quiet)
     report = verify_bundle(
         bundle,
@@ -186,6 +285,9 @@ def bundle_command(
         progress=progress,
     )
     progress.done()
+    _size_limit_hint(report, max_bytes)
+    if problem is not None and report.failure is not None:  # machine formats keep the report
+        report.failure = dataclasses.replace(report.failure, hint=problem)
     _emit(report, fmt, output, quiet)
     raise typer.Exit(int(report.exit_code))
 
@@ -212,7 +314,7 @@ def receipt_command(
     if fmt not in (Format.TEXT, Format.JSON):
         raise typer.BadParameter("receipt reports are text or json")
     try:
-        pins = resolve_policy(trusted_key or [], policy, Path.cwd())
+        pins = resolve_policy(_trusted_keys(trusted_key), policy, Path.cwd())
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
@@ -286,7 +388,7 @@ def gate_command(
         # Pins come from outside the change: flags, an explicit policy, or the base ref's
         # policy; any file inside the checkout is read as committed on the base ref.
         pins = resolve_gate_policy(
-            trusted_key or [], policy, where, resolve_commit(where, base), where
+            _trusted_keys(trusted_key), policy, where, resolve_commit(where, base), where
         )
         if require_sandbox:
             pins = dataclasses.replace(pins, require_sandbox=True)
@@ -317,39 +419,6 @@ def _print_version(value: bool) -> None:
 
         typer.echo(f"harness-verify {verifier_version()}")
         raise typer.Exit(0)
-
-
-@app.command("pack", epilog=EXIT_CODES_HELP)
-def pack_command(
-    pack: Annotated[
-        Path,
-        typer.Argument(help="EU AI Act pack folder or PACK.tar to verify", readable=False),
-    ],
-    trusted_key: Annotated[
-        list[str] | None,
-        typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
-    ] = None,
-    policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.TEXT,
-) -> None:
-    """Verify an EU AI Act Art. 12 pack: the signed pack manifest, every file's digest (and no
-    unlisted file), the bundle in full, and that report.json agrees with the verified bundle."""
-    from .output import write_stdout
-    from .packcheck import check_pack
-
-    if fmt not in (Format.TEXT, Format.JSON):
-        raise typer.BadParameter("pack reports are text or json")
-    try:
-        pins = resolve_policy(trusted_key or [], policy, Path.cwd())
-    except PolicyError as exc:
-        typer.echo(f"error: {textsafe.text(exc)}", err=True)
-        raise typer.Exit(ExitCode.USAGE) from None
-    outcome = check_pack(pack, pins)
-    if fmt is Format.JSON:
-        write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
-    else:
-        write_stdout(outcome.to_text())
-    raise typer.Exit(int(outcome.exit_code))
 
 
 @app.callback()

@@ -259,7 +259,15 @@ def render_text(report: Report, *, color: bool = False) -> str:
         lines.append("trusted by:    nothing (not pinned by --trusted-key or a policy file)")
     else:
         lines.append("trusted by:    -")
-    hmac = "checked" if report.hmac_checked else "not checked (give --hmac-key to check it)"
+    hmac_failed = any(
+        result.name == "hmac-chain" and result.outcome is Outcome.FAILED for result in report.checks
+    )
+    if hmac_failed:  # checked with --hmac-key, and a MAC did not chain: never "not checked"
+        hmac = "FAILED (see the failure below)"
+    elif report.hmac_checked:
+        hmac = "checked"
+    else:
+        hmac = "not checked (give --hmac-key to check it)"
     lines.append(f"hmac chain:    {hmac}")
 
     failure = report.failure

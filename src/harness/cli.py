@@ -140,6 +140,18 @@ def _check_runs_and_parent(state: Path, run_ids: list[str] | None, out: Path | N
         )
 
 
+def _check_period(since: str | None, until: str | None) -> None:
+    """``--since`` after ``--until`` is an empty period: a usage error saying so (the times
+    use one fixed RFC 3339 form, so they compare as strings; malformed ones are left to the
+    pack's own check)."""
+    from harness.verify.records import TIME_RE
+
+    if since is None or until is None:
+        return
+    if TIME_RE.fullmatch(since) and TIME_RE.fullmatch(until) and since > until:
+        raise _usage_error(f"--since {since} is after --until {until}: the period is empty")
+
+
 @app.command("export")
 def export(
     out: Annotated[
@@ -172,22 +184,6 @@ def export(
     retention_days: Annotated[
         int, typer.Option("--retention-days", help="Pack: retention period (at least 183 days).")
     ] = 183,
-    wheel: Annotated[
-        Path | None,
-        typer.Option(
-            "--wheel",
-            help="Pack: the harness-verify wheel to carry (default: built from this source tree).",
-        ),
-    ] = None,
-    wheelhouse: Annotated[
-        Path | None,
-        typer.Option(
-            "--wheelhouse", help="Pack: folder of dependency wheels to carry (offline install)."
-        ),
-    ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Pack: replace an existing pack at OUT.")
-    ] = False,
 ) -> None:
     """Seal every store with a fresh checkpoint and write a signed, deterministic bundle."""
     from harness.receipts.bundle import ExportError, export_bundle
@@ -195,14 +191,10 @@ def export(
     from harness.receipts.store import StoreError
 
     _check_runs_and_parent(state, run_ids, out)
+    _check_period(since, until)
 
     if eu_ai_act:
-        from harness.receipts.euaiact import PackError, check_pack_out, export_pack
-
-        try:
-            check_pack_out(out, force)
-        except PackError as exc:
-            raise _usage_error(str(exc)) from None
+        from harness.receipts.euaiact import export_pack
 
         try:
             keys = load_keys(_keys_for(state, keys_dir))
@@ -215,9 +207,6 @@ def export(
                 controller=controller,
                 retention_days=retention_days,
                 run_ids=run_ids,
-                wheel=wheel,
-                wheelhouse=wheelhouse,
-                force=force,
             )
         except (KeyFileError, StoreError, ExportError) as exc:
             typer.echo(f"error: {exc}", err=True)
