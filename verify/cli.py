@@ -30,7 +30,7 @@ EXIT_CODES_HELP: Final = (
     "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
     "input."
 )
-SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate"})
+SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate", "pack"})
 ROOT_OPTIONS: Final = frozenset({"--help", "-h", "--version", "-v"})
 
 app = typer.Typer(
@@ -419,6 +419,39 @@ def _print_version(value: bool) -> None:
 
         typer.echo(f"harness-verify {verifier_version()}")
         raise typer.Exit(0)
+
+
+@app.command("pack", epilog=EXIT_CODES_HELP)
+def pack_command(
+    pack: Annotated[
+        Path,
+        typer.Argument(help="EU AI Act pack folder or PACK.tar to verify", readable=False),
+    ],
+    trusted_key: Annotated[
+        list[str] | None,
+        typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
+    ] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.TEXT,
+) -> None:
+    """Verify an EU AI Act Art. 12 pack: the signed pack manifest, every file's digest (and no
+    unlisted file), the bundle in full, and that report.json agrees with the verified bundle."""
+    from .output import write_stdout
+    from .packcheck import check_pack
+
+    if fmt not in (Format.TEXT, Format.JSON):
+        raise typer.BadParameter("pack reports are text or json")
+    try:
+        pins = resolve_policy(trusted_key or [], policy, Path.cwd())
+    except PolicyError as exc:
+        typer.echo(f"error: {textsafe.text(exc)}", err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    outcome = check_pack(pack, pins)
+    if fmt is Format.JSON:
+        write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
+    else:
+        write_stdout(outcome.to_text())
+    raise typer.Exit(int(outcome.exit_code))
 
 
 @app.callback()

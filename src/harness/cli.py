@@ -184,6 +184,22 @@ def export(
     retention_days: Annotated[
         int, typer.Option("--retention-days", help="Pack: retention period (at least 183 days).")
     ] = 183,
+    wheel: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheel",
+            help="Pack: the harness-verify wheel to carry (default: built from this source tree).",
+        ),
+    ] = None,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheelhouse", help="Pack: folder of dependency wheels to carry (offline install)."
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Pack: replace an existing pack at OUT.")
+    ] = False,
 ) -> None:
     """Seal every store with a fresh checkpoint and write a signed, deterministic bundle."""
     from harness.receipts.bundle import ExportError, export_bundle
@@ -194,7 +210,12 @@ def export(
     _check_period(since, until)
 
     if eu_ai_act:
-        from harness.receipts.euaiact import export_pack
+        from harness.receipts.euaiact import PackError, check_pack_out, export_pack
+
+        try:
+            check_pack_out(out, force)
+        except PackError as exc:
+            raise _usage_error(str(exc)) from None
 
         try:
             keys = load_keys(_keys_for(state, keys_dir))
@@ -207,6 +228,9 @@ def export(
                 controller=controller,
                 retention_days=retention_days,
                 run_ids=run_ids,
+                wheel=wheel,
+                wheelhouse=wheelhouse,
+                force=force,
             )
         except (KeyFileError, StoreError, ExportError) as exc:
             typer.echo(f"error: {exc}", err=True)
