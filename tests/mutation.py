@@ -61,8 +61,12 @@ TESTS: dict[str, list[str]] = {
     "verify/records.py": ["tests/test_records.py", "tests/test_store.py"],
     "verify/storecheck.py": ["tests/test_storecheck.py", "tests/test_store.py"],
     "verify/gatecover.py": ["tests/test_gatecover.py"],
-    "verify/basepolicy.py": ["tests/test_basepolicy.py"],
-    "verify/policy.py": ["tests/test_policy.py", "tests/test_basepolicy.py"],
+    "verify/basepolicy.py": ["tests/test_basepolicy.py", "tests/test_policy_edges.py"],
+    "verify/policy.py": [
+        "tests/test_policy.py",
+        "tests/test_basepolicy.py",
+        "tests/test_policy_edges.py",
+    ],
     "verify/ed25519.py": ["tests/test_ed25519_memo.py", "tests/test_note.py"],
 }
 

@@ -55,7 +55,11 @@ class BaseRefReader:
 
     def relative(self, path: Path) -> str | None:
         """The path inside the work tree (``a/b``), or ``None`` for a path outside it."""
-        for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        try:
+            candidates = (os.path.abspath(path), os.path.realpath(path))
+        except (OSError, ValueError):  # e.g. a NUL byte: no such file anywhere
+            return None
+        for candidate in candidates:
             for top in self.tops:
                 if candidate == top:
                     return ""

@@ -155,8 +155,9 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 raise PolicyError(f"{what} {path} is not a regular file")
             data = handle.read(limit + 1)
-    except OSError as exc:
-        raise PolicyError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PolicyError(f"cannot read {what} {path}: {reason}") from None
     if len(data) > limit:
         raise PolicyError(f"{what} {path} is too large (limit {limit} bytes)")
     return data
