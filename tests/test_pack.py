@@ -11,11 +11,13 @@ fresh venv from the pack's wheelhouse with ``pip install --no-index`` and checks
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from harness import __version__
 from harness.orchestrate.demo import DemoResult, run_demo
 from harness.receipts.keys import OperatorKeys, load_keys
 from harness.verify.canonical import canonical_bytes, parse_canonical
+from harness.verify.layout import tar_member_info
 from harness.verify.packcheck import PACK_MANIFEST, PACK_SIG, pack_note_text
 
 from .test_pack_wheel import verifier_wheel
@@ -318,3 +321,41 @@ def test_readme_offline_install_works(
         assert done.returncode == 0, (command, done.stdout, done.stderr)
     assert "VERIFIED" in done.stdout
     assert not (out / "harness-verify-env").exists()
+
+
+def test_policy_pins_the_pack(good: Path, keys: OperatorKeys, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[trust]\nkeys = ["{keys.key_id}"]\n')
+    assert _verify("pack", good, "--policy", policy).returncode == 0
+    policy.write_text(f'[trust]\nkeys = ["{"0" * 64}"]\n')
+    assert _verify("pack", good, "--policy", policy).returncode == 3
+    policy.write_text("[trust]\nkeys = 1\n")
+    assert _verify("pack", good, "--policy", policy).returncode == 2
+
+
+def _tar_of(folder: Path, out: Path, change: dict[str, bytes]) -> None:
+    """A pack tar with the exporter's headers, from ``folder`` with ``change`` applied."""
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    files.update(change)
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
+        for name in sorted(files):
+            tar.addfile(tar_member_info(name, len(files[name])), io.BytesIO(files[name]))
+
+
+def test_tar_pack_tampering_fails(good: Path, keys: OperatorKeys, tmp_path: Path) -> None:
+    edited = tmp_path / "edited.tar"
+    report = (good / "report.html").read_bytes().replace(b"</body>", b"<p>x</p></body>")
+    _tar_of(good, edited, {"report.html": report})
+    failure = _failure(_verify("pack", edited, "--trusted-key", keys.key_id, "--format", "json"))
+    assert failure.startswith("report.html: SHA-256")
+    added = tmp_path / "added.tar"
+    _tar_of(good, added, {"zz-extra.txt": b"unlisted\n"})
+    failure = _failure(_verify("pack", added, "--trusted-key", keys.key_id, "--format", "json"))
+    assert failure.startswith("zz-extra.txt: not listed")
+    linked = tmp_path / "linked.tar"
+    with tarfile.open(linked, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("README.txt")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/etc/passwd"
+        tar.addfile(info)
+    assert _verify("pack", linked, "--trusted-key", keys.key_id).returncode == 4
