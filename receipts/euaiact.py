@@ -47,6 +47,7 @@ from harness.verify.storecheck import iter_store_lines
 
 from .bundle import ExportError, export_bundle
 from .euaiact_html import render_html, render_readme
+from .euaiact_tasks import tasks_section
 from .euaiact_text import (
     BUNDLE_NAME,
     DELETION_POLICY,
@@ -551,6 +552,7 @@ def build_report(
         "events": _events(runs),
         "interventions": _interventions(runs),
         "risks": _risks(runs),
+        "tasks": tasks_section(runs),
         "changes": _changes(runs),
         "integrity": _integrity(manifest, runs, _sha256_file(bundle), status),
         "provisions": provisions,
