@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from harness import __version__
 from harness.orchestrate.demo import DemoResult, run_demo
@@ -32,6 +33,7 @@ from harness.verify.packcheck import PACK_MANIFEST, PACK_SIG, pack_note_text
 
 from .test_pack_wheel import verifier_wheel
 
+ROOT = Path(__file__).resolve().parents[1]
 WHEEL = f"harness_verify-{__version__}-py3-none-any.whl"
 
 
@@ -359,3 +361,28 @@ def test_tar_pack_tampering_fails(good: Path, keys: OperatorKeys, tmp_path: Path
         info.linkname = "/etc/passwd"
         tar.addfile(info)
     assert _verify("pack", linked, "--trusted-key", keys.key_id).returncode == 4
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("status", "verified-untrusted"), ("stores", []), ("exit_code", 3)]
+)
+def test_verification_json_resigned_still_fails(
+    pack: Path, keys: OperatorKeys, key: str, value: Any
+) -> None:
+    """verification.json must be the verifier's output on this bundle, even when re-signed."""
+    path = pack / "verification.json"
+    doc = json.loads(path.read_bytes())
+    doc[key] = value
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    _resign(pack, keys)
+    failure = _failure(_verify("pack", pack, "--trusted-key", keys.key_id, "--format", "json"))
+    assert failure.startswith(f"verification.json: {key} is not"), failure
+
+
+def test_pack_manifest_matches_its_schema(good: Path) -> None:
+    schema = json.loads((ROOT / "schemas" / "eu-ai-act-pack-manifest.schema.json").read_bytes())
+    Draft202012Validator.check_schema(schema)
+    manifest = json.loads((good / PACK_MANIFEST).read_bytes())
+    Draft202012Validator(schema).validate(manifest)
+    manifest["files"][0]["size"] = -1
+    assert list(Draft202012Validator(schema).iter_errors(manifest))

@@ -22,6 +22,7 @@ Exit codes as ``harness-verify``: 0 verified and the signer pinned, 1 invalid, 2
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -40,6 +41,7 @@ from .errors import NoteError, VerificationError
 from .keyids import key_id
 from .note import open_note_signed_once, parse_verifier_key
 from .policy import TrustPolicy
+from .render import render_json
 from .report import EXIT_CODES, ExitCode, Outcome, Status
 
 PACK_FORMAT: Final = "harness-verify/eu-ai-act-pack"
@@ -49,6 +51,7 @@ PACK_SIG: Final = "pack-manifest.sig"
 PACK_NOTE_ORIGIN: Final = "harness-verify/v1/eu-ai-act-pack"
 """First line of the note signing the pack manifest; the second is its SHA-256 (hex)."""
 REPORT_JSON: Final = "report.json"
+VERIFICATION: Final = "verification.json"
 REQUIRED: Final = (BUNDLE_NAME, "verification.json", REPORT_JSON, "report.html", "README.txt")
 WHEELHOUSE: Final = "wheelhouse"
 WHEEL_RE: Final = re.compile(r"harness_verify-[0-9A-Za-z.+!_-]+-py3-none-any\.whl")
@@ -299,6 +302,32 @@ def _check_files(files: _Files, listing: _Listing) -> None:
             raise PackCheckError(f"{name}: only {WHEELHOUSE}/*.whl may be in a sub-folder")
 
 
+def _check_verification(data: bytes, ours: str) -> None:
+    """verification.json is the producing verifier's output on the bundle, pinned to its
+    signer: verified, exit 0, that signer, and the same stores (counts, roots) as this
+    verification finds. Its verifier version and check wording may differ from ours."""
+    try:
+        bounded_json(data, VERIFICATION)
+        theirs = json.loads(data)
+    except (VerificationError, ValueError) as exc:
+        raise PackCheckError(f"{VERIFICATION}: not JSON ({exc})") from None
+    mine = json.loads(ours)
+    if not isinstance(theirs, dict):
+        raise PackCheckError(f"{VERIFICATION}: not a JSON object")
+    for key, expected in (
+        ("bundle", BUNDLE_NAME),
+        ("status", str(Status.VERIFIED)),
+        ("exit_code", 0),
+        ("signer_key_id", mine["signer_key_id"]),
+        ("stores", mine["stores"]),
+    ):
+        if theirs.get(key) != expected:
+            raise PackCheckError(
+                f"{VERIFICATION}: {key} is not what verifying {BUNDLE_NAME} gives "
+                f"({json.dumps(expected)[:120]})"
+            )
+
+
 def check_pack(path: Path, pins: TrustPolicy, limits: Limits | None = None) -> PackReport:
     """Run every check on a pack folder or tar; never raises for bad input."""
     report = PackReport(pack=path.name or str(path))
@@ -342,7 +371,8 @@ def check_pack(path: Path, pins: TrustPolicy, limits: Limits | None = None) -> P
         except (ReportMismatchError, VerificationError, KeyError, TypeError, AttributeError) as exc:
             message = str(exc) if isinstance(exc, ReportMismatchError) else f"report.json: {exc!r}"
             raise PackCheckError(message) from None
-        passed("report", "every statement the bundle decides matches it")
+        _check_verification(files.read(VERIFICATION, REPORT_LIMIT), render_json(bundle))
+        passed("report", "report.json and verification.json agree with the verified bundle")
         report.status = bundle.status
         report.trusted_by = bundle.trusted_by
     except PackCheckError as exc:
