@@ -6,10 +6,14 @@ Real subprocesses through the console entry points (``python -m``), real git."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -224,3 +228,64 @@ def test_pack_period_must_not_be_empty(repo: Path) -> None:
                    "--since", "2026-12-02T00:00:00.000000Z",
                    "--until", "2026-11-01T00:00:00.000000Z", cwd=repo)  # fmt: skip
     assert_usage_error(done, "--since 2026-12-02T00:00:00.000000Z is after --until")
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env |= {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@e"}  # fmt: skip
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=True, env=env)  # fmt: skip
+    return done.stdout.strip()
+
+
+def test_gate_reports_digests_and_sarif_bases(demo: tuple[Path, str], tmp_path: Path) -> None:
+    """Gate JSON says which content the evidence vouches for and which is at head; gate SARIF
+    locations are relative to %SRCROOT%, bundle SARIF member locations to BUNDLEROOT."""
+    folder, key_id = demo
+    repo = tmp_path / "clone"
+    shutil.copytree(folder / "repo", repo, ignore=shutil.ignore_patterns(".harness"))
+    base = _git(repo, "log", "--format=%H", "--grep=initial project")
+    (repo / "README.md").write_text("# calc, by hand\n", encoding="utf-8")
+    _git(repo, "commit", "-qam", "manual readme")
+    bundle = folder / "bundle.tar"
+    args = ("gate", "--base", base, "--trusted-key", key_id, str(bundle))
+    done = _run("harness.verify.cli", *args, "--format", "json", cwd=repo)
+    assert done.returncode == 1, done.stderr
+    files = {entry["path"]: entry for entry in json.loads(done.stdout)["files"]}
+    readme = files["README.md"]
+    assert readme["verdict"] == "uncovered"
+    assert readme["actual_sha256"] == hashlib.sha256(b"# calc, by hand\n").hexdigest()
+    assert readme["expected_sha256"] is not None
+    assert readme["expected_sha256"] != readme["actual_sha256"]
+    calc = files["calc.py"]
+    assert calc["verdict"] == "covered"
+    assert calc["expected_sha256"] == calc["actual_sha256"]
+    assert calc["actual_sha256"] == hashlib.sha256((repo / "calc.py").read_bytes()).hexdigest()
+
+    sarif = json.loads(_run("harness.verify.cli", *args, "--format", "sarif", cwd=repo).stdout)
+    (run,) = sarif["runs"]
+    (result,) = run["results"]
+    location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert location == {"uri": "README.md", "uriBaseId": "%SRCROOT%"}
+    assert "%SRCROOT%" in run["originalUriBaseIds"]
+    assert all(rule["fullDescription"]["text"] for rule in run["tool"]["driver"]["rules"])
+
+    # the bundle verifier: a tampered member is located inside the bundle, not the checkout
+    tampered = tmp_path / "tampered.tar"
+    with tarfile.open(bundle) as source, tarfile.open(tampered, "w") as out:
+        for member in source.getmembers():
+            data = source.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name.endswith("audit.jsonl"):  # same size, other bytes
+                data = data.replace(b'"reason":"', b'"reason":"X', 1)[:-1] + b"\n"
+                data = data[: member.size - 1] + b"\n"
+            out.addfile(member, io.BytesIO(data))
+    report = verifier(tampered, "--trusted-key", key_id, "--format", "sarif", cwd=tmp_path)
+    assert report.returncode == 1, report.stdout + report.stderr
+    (run,) = json.loads(report.stdout)["runs"]
+    (result,) = run["results"]
+    location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert location["uriBaseId"] == "BUNDLEROOT" and location["uri"].endswith("audit.jsonl")
+    assert "BUNDLEROOT" in run["originalUriBaseIds"]
+    rules = run["tool"]["driver"]["rules"]
+    assert all(rule["fullDescription"]["text"].startswith("Check ") for rule in rules)

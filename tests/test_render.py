@@ -404,7 +404,8 @@ def _check_sarif(doc: dict[str, Any]) -> None:
     assert isinstance(doc["runs"], list)
     assert len(doc["runs"]) == 1
     run = doc["runs"][0]
-    assert set(run) <= {"tool", "invocations", "results"}
+    assert set(run) <= {"tool", "invocations", "results", "originalUriBaseIds"}
+    base_ids = run.get("originalUriBaseIds", {})
     driver = run["tool"]["driver"]
     assert driver["name"] == "harness-verify"
     assert isinstance(driver.get("version", ""), str)
@@ -413,6 +414,7 @@ def _check_sarif(doc: dict[str, Any]) -> None:
     for rule in driver["rules"]:
         assert isinstance(rule["shortDescription"]["text"], str)
         assert rule["shortDescription"]["text"]
+        assert rule["fullDescription"]["text"].startswith(f"Check {rule['id']!r}: ")
     (invocation,) = run["invocations"]
     assert isinstance(invocation["executionSuccessful"], bool)
     assert isinstance(invocation["exitCode"], int)
@@ -425,6 +427,8 @@ def _check_sarif(doc: dict[str, Any]) -> None:
             physical = location["physicalLocation"]
             assert isinstance(physical["artifactLocation"]["uri"], str)
             assert physical["artifactLocation"]["uri"]
+            if "uriBaseId" in physical["artifactLocation"]:  # declared, so consumers resolve it
+                assert physical["artifactLocation"]["uriBaseId"] in base_ids
             if "region" in physical:
                 assert isinstance(physical["region"]["startLine"], int)
                 assert physical["region"]["startLine"] >= 1
@@ -461,7 +465,10 @@ def test_sarif_invalid_points_at_member_and_line() -> None:
     assert result["ruleId"] == "records"
     assert result["level"] == "error"
     physical = result["locations"][0]["physicalLocation"]
-    assert physical["artifactLocation"]["uri"] == "runs/run-1/lineage.jsonl"
+    assert physical["artifactLocation"] == {
+        "uri": "runs/run-1/lineage.jsonl",
+        "uriBaseId": "BUNDLEROOT",  # a member name, relative to the bundle, not the checkout
+    }
     assert physical["region"] == {"startLine": 7}
     assert "seq 7 follows seq 5" in result["message"]["text"]
     assert "treat the store as tampered" in result["message"]["text"]
@@ -472,7 +479,7 @@ def test_sarif_without_member_points_at_bundle_and_has_no_region() -> None:
     (result,) = _sarif(unreadable())["runs"][0]["results"]
     assert result["ruleId"] == "archive"
     physical = result["locations"][0]["physicalLocation"]
-    assert physical["artifactLocation"]["uri"] == "notes.txt"
+    assert physical["artifactLocation"] == {"uri": "notes.txt"}  # the bundle as named
     assert "region" not in physical
 
 

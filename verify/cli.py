@@ -187,14 +187,14 @@ def _read_hmac_key(path: Path) -> bytes:
         with path.open("rb") as handle:
             text = handle.read(4097)
     except OSError as exc:
-        raise _fail(f"--hmac-key: cannot read {path}: {exc.strerror}", ExitCode.USAGE) from None
+        raise typer.BadParameter(f"cannot read {textsafe.text(path)}: {exc.strerror}") from None
     try:
         key = bytes.fromhex(text.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):
-        raise _fail(f"--hmac-key: {path} does not hold a hex HMAC key", ExitCode.USAGE) from None
+        raise typer.BadParameter(f"{textsafe.text(path)} does not hold a hex HMAC key") from None
     if len(key) < 32:
-        raise _fail(
-            f"--hmac-key: {path}: HMAC key is {len(key)} bytes, need at least 32", ExitCode.USAGE
+        raise typer.BadParameter(
+            f"{textsafe.text(path)}: HMAC key is {len(key)} bytes, need at least 32"
         )
     return key
 
@@ -272,7 +272,10 @@ def bundle_command(
         raise typer.Exit(ExitCode.USAGE) from None
     if require_sandbox:
         pins = dataclasses.replace(pins, require_sandbox=True)
-    master = _read_hmac_key(hmac_key) if hmac_key is not None else None
+    try:
+        master = _read_hmac_key(hmac_key) if hmac_key is not None else None
+    except typer.BadParameter as exc:  # one line, not a usage box
+        raise _fail(f"--hmac-key: {exc.message}", ExitCode.USAGE) from None
     problem = _input_problem(bundle)
     if problem is not None and fmt is Format.TEXT and output is None:
         raise _fail(problem, ExitCode.UNREADABLE)  # a person at a terminal: one stderr line

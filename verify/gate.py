@@ -98,6 +98,10 @@ class FileVerdict:
     task: str | None = None
     seq: int | None = None
     """Lineage record that vouches for the file (or the closest one found)."""
+    expected_sha256: str | None = None
+    """SHA-256 of the content that record leaves (None: a delete, or no record found)."""
+    actual_sha256: str | None = None
+    """SHA-256 of the file's content at head (None: deleted at head, or a submodule)."""
 
 
 @dataclass
@@ -296,10 +300,12 @@ def _judge(
     reason = coverage.reason
     if not coverage.covered and not actions and foreign:
         reason = f"{OTHER_HISTORY} (run {foreign[0].run}: base commit not an ancestor of head)"
-    where: dict[str, Any] = {}
+    head_state = None if gitlink else state(change.new_oid, change.new_mode)
+    where: dict[str, Any] = {"actual_sha256": None if head_state is None else head_state[0]}
     if coverage.evidence is not None:
         evidence = coverage.evidence
-        where = {"run": evidence.run, "task": evidence.task, "seq": evidence.seq}
+        where |= {"run": evidence.run, "task": evidence.task, "seq": evidence.seq}
+        where["expected_sha256"] = None if evidence.result is None else evidence.result[0]
     verdict: Verdict = "covered" if coverage.covered else "uncovered"
     return FileVerdict(change.path, change.status, verdict, reason, **where)
 

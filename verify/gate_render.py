@@ -65,6 +65,8 @@ def gate_to_dict(report: GateReport) -> dict[str, Any]:
                 "run": entry.run,
                 "task": entry.task,
                 "seq": entry.seq,
+                "expected_sha256": entry.expected_sha256,
+                "actual_sha256": entry.actual_sha256,
             }
             for entry in report.files
         ],
@@ -78,9 +80,26 @@ def render_gate_json(report: GateReport) -> str:
 
 
 _RULES: Final = (
-    ("uncovered-file", "a changed file is not covered by an attested, merged agent write"),
-    ("bundle", "the evidence bundle verifies and its signer is pinned"),
+    (
+        "uncovered-file",
+        "a changed file is not covered by an attested, merged agent write",
+        "Every file changed between the base and head commits must be exactly a transition "
+        "recorded by a merged task in the verified, pinned bundle (content, git mode and parent "
+        "state). Re-run the agent task that should produce it, or review and vouch for the change "
+        "another way.",
+    ),
+    (
+        "bundle",
+        "the evidence bundle verifies and its signer is pinned",
+        "The bundle must verify (harness-verify BUNDLE) and be signed by a key pinned with "
+        "--trusted-key or the base branch's harness-verify.toml; until then no file is covered.",
+    ),
 )
+
+
+SRCROOT: Final = "%SRCROOT%"
+"""``uriBaseId`` of changed-file locations: repository paths, relative to the checkout (the
+base id code scanning resolves to the repository root)."""
 
 
 def render_gate_sarif(report: GateReport) -> str:
@@ -88,8 +107,14 @@ def render_gate_sarif(report: GateReport) -> str:
 
     Locations are URIs of the file name's bytes; ``sarif_document`` escapes every string."""
     rules = [
-        {"id": rule, "shortDescription": {"text": text}, "defaultConfiguration": {"level": "error"}}
-        for rule, text in _RULES
+        {
+            "id": rule,
+            "shortDescription": {"text": text},
+            "fullDescription": {"text": full},
+            "help": {"text": full},
+            "defaultConfiguration": {"level": "error"},
+        }
+        for rule, text, full in _RULES
     ]
     results: list[dict[str, Any]] = []
     if report.bundle_status is not Status.VERIFIED:
@@ -112,7 +137,11 @@ def render_gate_sarif(report: GateReport) -> str:
             "level": "error",
             "message": {"text": f"{entry.path} ({change}): {entry.reason}"},
             "locations": [
-                {"physicalLocation": {"artifactLocation": {"uri": textsafe.uri(entry.path)}}}
+                {
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": textsafe.uri(entry.path), "uriBaseId": SRCROOT}
+                    }
+                }
             ],
         }
         if entry.seq is not None:
@@ -125,6 +154,7 @@ def render_gate_sarif(report: GateReport) -> str:
         results,
         successful=report.bundle_status is not Status.UNREADABLE,
         exit_code=int(report.exit_code),
+        base_ids={SRCROOT: {"description": {"text": "the root of the repository checkout"}}},
     )
 
 

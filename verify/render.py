@@ -452,35 +452,23 @@ def _uri(path: str) -> str:
 def render_sarif(report: Report) -> str:
     """SARIF 2.1.0: one rule per check, one result per failed check (a warning if untrusted)."""
     rule_ids = list(CHECK_ORDER)
-    rules: list[dict[str, Any]] = [
-        {
-            "id": name,
-            "shortDescription": {"text": CHECK_TITLES[name]},
-            "defaultConfiguration": {"level": "error"},
-        }
-        for name in CHECK_ORDER
-    ]
+    rules: list[dict[str, Any]] = [_sarif_rule(name) for name in CHECK_ORDER]
     results: list[dict[str, Any]] = []
     for problem in _problems(report):
         if problem.rule not in rule_ids:
             rule_ids.append(problem.rule)
-            rules.append(
-                {
-                    "id": problem.rule,
-                    "shortDescription": {
-                        "text": CHECK_TITLES.get(problem.rule, "the bundle carries evidence")
-                    },
-                    "defaultConfiguration": {"level": "error"},
-                }
-            )
+            rules.append(_sarif_rule(problem.rule))
         text = problem.reason.rstrip()
         if problem.hint:
             if not text.endswith((".", "!", "?")):
                 text += "."
             text += f" What to do: {problem.hint}"
         failure = problem.failure
-        uri = failure.member if failure is not None and failure.member else report.bundle
-        physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(uri)}}
+        if failure is not None and failure.member:  # a member: relative to the bundle's root
+            artifact = {"uri": _uri(failure.member), "uriBaseId": BUNDLE_ROOT}
+        else:  # the bundle itself, as named on the command line
+            artifact = {"uri": _uri(report.bundle)}
+        physical: dict[str, Any] = {"artifactLocation": artifact}
         if failure is not None and failure.line is not None and failure.line >= 1:
             physical["region"] = {"startLine": failure.line}
         result: dict[str, Any] = {
@@ -500,7 +488,34 @@ def render_sarif(report: Report) -> str:
         results,
         successful=report.status is not Status.UNREADABLE,
         exit_code=int(report.exit_code),
+        base_ids={
+            BUNDLE_ROOT: {
+                "description": {
+                    "text": f"the root of the bundle {report.bundle}: locations under it are "
+                    "member names inside the archive, not files of a checkout"
+                }
+            }
+        },
     )
+
+
+BUNDLE_ROOT: Final = "BUNDLEROOT"
+"""``uriBaseId`` of bundle member locations (declared in ``originalUriBaseIds``)."""
+
+
+def _sarif_rule(name: str) -> dict[str, Any]:
+    """A rule per check: title, a full description with what to do, level ``error``."""
+    title = CHECK_TITLES.get(name, "the bundle carries evidence")
+    hint = CHECK_HINTS.get(name, "")
+    rule: dict[str, Any] = {
+        "id": name,
+        "shortDescription": {"text": title},
+        "fullDescription": {"text": f"Check {name!r}: {title}." + (f" {hint}" if hint else "")},
+        "defaultConfiguration": {"level": "error"},
+    }
+    if hint:
+        rule["help"] = {"text": hint}
+    return rule
 
 
 def sarif_document(
@@ -511,6 +526,7 @@ def sarif_document(
     *,
     successful: bool,
     exit_code: int,
+    base_ids: dict[str, Any] | None = None,
 ) -> str:
     """One SARIF 2.1.0 run of ``tool`` (shared by the bundle and gate reports).
 
@@ -527,6 +543,7 @@ def sarif_document(
                 "tool": {"driver": driver},
                 "invocations": [{"executionSuccessful": successful, "exitCode": exit_code}],
                 "results": results,
+                **({"originalUriBaseIds": base_ids} if base_ids else {}),
             }
         ],
     }
