@@ -386,3 +386,11 @@ def test_pack_manifest_matches_its_schema(good: Path) -> None:
     Draft202012Validator(schema).validate(manifest)
     manifest["files"][0]["size"] = -1
     assert list(Draft202012Validator(schema).iter_errors(manifest))
+
+
+def test_missing_pack_is_one_line_and_4(tmp_path: Path) -> None:
+    done = _verify("pack", tmp_path / "nope")
+    assert done.returncode == 4
+    assert done.stdout == ""
+    assert done.stderr.strip().endswith("nope: no such file or folder")
+    assert done.stderr.count("\n") == 1

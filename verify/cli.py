@@ -449,6 +449,9 @@ def pack_command(
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
+    if not pack.exists() and not pack.is_symlink():  # a typo in a path: one line, not a report
+        typer.echo(f"error: {textsafe.text(pack)}: no such file or folder", err=True)
+        raise typer.Exit(ExitCode.UNREADABLE)
     outcome = check_pack(pack, pins)
     if fmt is Format.JSON:
         write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
