@@ -148,3 +148,35 @@ def test_base_reader_exists_is_false_for_unusable_paths(odd_repo: tuple[Path, st
     reader = BaseRefReader(repo, base)
     assert reader.exists(Path("/nonexistent\x00")) is False
     assert reader.exists(repo / "nothing-here") is False
+
+
+def test_a_pyproject_policy_of_the_checkout_is_read_from_the_base(tmp_path: Path) -> None:
+    """The table and the keys both come from the base commit, for the default lookup and for
+    an explicit --policy pyproject.toml (the change's copy pins another key)."""
+    repo = tmp_path / "py"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "pyproject.toml").write_text(f'[tool.harness-verify.trust]\nkeys = ["{KEY}"]\n')
+    (repo / "-k.vkey").write_text(KEY + "\n")  # a name git could take for an option
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    other = "cd" * 32
+    (repo / "pyproject.toml").write_text(f'[tool.harness-verify.trust]\nkeys = ["{other}"]\n')
+    for policy in (None, Path("pyproject.toml")):
+        pins = resolve_gate_policy([], policy, repo, base, repo)
+        assert pins.key_ids == {KEY}, policy
+        assert pins.source == f"{base[:12]}:pyproject.toml"
+    assert resolve_gate_policy(["-k.vkey"], None, repo, base, repo).key_ids == {KEY}
+
+
+@pytest.mark.parametrize("text", [f"{KEY}\rother", f"{KEY}\nother", "\n\n"])
+def test_a_key_file_holds_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "k.vkey"
+    path.write_bytes(text.encode())
+    with pytest.raises(PolicyError) as info:
+        parse_trusted_key(str(path))
+    assert str(info.value) == (
+        f"key file {path} must hold one line (a key id or a verifier key) or a PEM Ed25519 "
+        "public key"
+    )
