@@ -289,3 +289,61 @@ def test_gate_reports_digests_and_sarif_bases(demo: tuple[Path, str], tmp_path: 
     assert "BUNDLEROOT" in run["originalUriBaseIds"]
     rules = run["tool"]["driver"]["rules"]
     assert all(rule["fullDescription"]["text"].startswith("Check ") for rule in rules)
+
+
+def test_action_pins_by_commit_uses_its_own_venv_and_has_outputs(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
+    """action.yml: third-party actions pinned by a 40-hex commit, setup-python leaves the
+    caller's environment alone, pip runs in the action's own venv; its "Run the gate" step
+    (run as the runner runs it) sets the passed / exit-code / report / sarif outputs."""
+    import re
+
+    from tests.action_steps import ACTION, action_step
+
+    text = ACTION.read_text(encoding="utf-8")
+    uses = re.findall(r"uses:\s*(\S+)", text)
+    assert uses and all(re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", u) for u in uses), uses
+    assert "update-environment: false" in text
+    install = action_step("Install harness-verify")
+    assert '-m venv "$venv"' in install and '"$venv/bin/python" -m pip install' in install
+    assert re.search(r"^\s*python -m pip", install, re.M) is None  # never the caller's pip
+    for name in ("passed", "exit-code", "report", "sarif"):
+        assert re.search(rf"^  {name}:\n", text.split("outputs:", 1)[1], re.M), name
+
+    folder, key_id = demo
+    repo = tmp_path / "clone"
+    shutil.copytree(folder / "repo", repo, ignore=shutil.ignore_patterns(".harness"))
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    outputs = tmp_path / "github-output"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+        "HV_BIN": str(Path(sys.executable).parent / "harness-verify"),
+        "HV_BUNDLE": str(folder / "bundle.tar"),
+        "HV_BASE": _git(repo, "log", "--format=%H", "--grep=initial project"),
+        "HV_HEAD": "HEAD",
+        "HV_KEYS": key_id,
+        "HV_BASE_POLICY": "false",
+        "HV_SARIF": "",
+        "GITHUB_OUTPUT": str(outputs),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "RUNNER_TEMP": str(temp),
+    }
+    done = subprocess.run(["bash", "-c", action_step("Run the gate")], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert got["passed"] == "true" and got["exit-code"] == "0"
+    assert got["report"] == str(temp / "harness-gate.json")
+    assert got["sarif"] == str(temp / "harness-gate.sarif")
+    report = json.loads(Path(got["report"]).read_text("utf-8"))
+    assert report["passed"] is True and report["format"] == "harness-verify/gate-report"
+
+    outputs.unlink()
+    env["HV_KEYS"] = ""  # no pin: exit 2, and the outputs still say so
+    done = subprocess.run(["bash", "-c", action_step("Run the gate")], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 2
+    got = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
+    assert got == {"exit-code": "2", "passed": "false"}

@@ -282,5 +282,8 @@ def test_action_with_a_pin_runs_the_gate(attack: Attack, tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout + done.stderr
     sarif = tmp_path / "runner-temp" / "harness-gate.sarif"  # outside the checkout
     assert sarif.is_file()
-    assert (tmp_path / "github-output").read_text(encoding="utf-8") == f"sarif={sarif}\n"
+    report = tmp_path / "runner-temp" / "harness-gate.json"
+    assert (tmp_path / "github-output").read_text(encoding="utf-8") == (
+        f"sarif={sarif}\nreport={report}\nexit-code=0\npassed=true\n"
+    )
     assert "harness-verify gate" in (tmp_path / "summary.md").read_text(encoding="utf-8")

@@ -99,8 +99,9 @@ SIGNING_KEY_FILE_NAME: Final = "signing.key"
 
 
 def _fail(message: str, code: ExitCode) -> typer.Exit:
-    """A usage or file error: one line on stderr (never a report on stdout), then ``code``."""
-    typer.echo(f"error: {textsafe.text(message)}", err=True)
+    """A usage or file error: one line on stderr (never a report on stdout), then ``code``.
+    ``message`` is in display form already (callers pass paths through ``textsafe``)."""
+    typer.echo(f"error: {message}", err=True)
     return typer.Exit(int(code))
 
 
@@ -149,9 +150,9 @@ def _trusted_keys(values: list[str] | None) -> list[str]:
             or (beside_signing_key and _is_hex_secret(candidate))
         ):
             raise _fail(
-                f"--trusted-key {text}: this is the HMAC master key, a secret, not a public "
-                "key: never hand it to a verifier as a pin; pin the signer's key id or its "
-                "public key (signing.pub) instead",
+                f"--trusted-key {textsafe.text(text)}: this is the HMAC master key, a "
+                "secret, not a public key: never hand it to a verifier as a pin; pin the "
+                "signer's key id or its public key (signing.pub) instead",
                 ExitCode.USAGE,
             )
         out.append(text)
@@ -377,6 +378,14 @@ def gate_command(
         Path | None,
         typer.Option(help="Append a markdown table to this file (e.g. $GITHUB_STEP_SUMMARY)."),
     ] = None,
+    json_report: Annotated[
+        Path | None,
+        typer.Option(
+            "--json-report",
+            help="Also write the JSON report (schemas/gate-report.schema.json) to this file, "
+            "whatever --format is (the Action's report output).",
+        ),
+    ] = None,
     require_sandbox: RequireSandbox = False,
 ) -> None:
     """Merge gate: pass only if every file changed between --base and --head is covered by a
@@ -405,6 +414,8 @@ def gate_command(
     document = render_gate(report, fmt.value)
     if summary is not None:
         _write_or_exit(summary, render_markdown(report) + "\n", append=True)
+    if json_report is not None:
+        _write_or_exit(json_report, render_gate(report, "json"))
     if output is not None:
         _write_or_exit(output, document)
         typer.echo(render_gate_text(report), err=True, nl=False)
