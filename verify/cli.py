@@ -19,11 +19,11 @@ import typer
 
 from . import textsafe
 from .archive import Limits
-from .bundle import verify_bundle
 from .policy import PolicyError, resolve_policy
-from .receiptcheck import check_receipt_file
-from .render import render, render_text
 from .report import ExitCode, Report
+
+# The checks and renderers are imported by the command that uses them, not here: start-up
+# (``--version``, ``--help``, usage errors) stays short, and each command loads only its own.
 
 EXIT_CODES_HELP: Final = (
     "Exit codes: 0 verified and trusted; 1 evidence invalid (tampered, empty or seal-only); "
@@ -216,6 +216,7 @@ def _write_or_exit(path: Path, document: str, *, append: bool = False) -> None:
 
 def _emit(report: Report, fmt: Format, output: Path | None, quiet: bool) -> None:
     from .output import write_stdout
+    from .render import render, render_text
 
     document = render(report, fmt.value)
     if output is not None:
@@ -281,6 +282,8 @@ def bundle_command(
     if problem is not None and fmt is Format.TEXT and output is None:
         raise _fail(problem, ExitCode.UNREADABLE)  # a person at a terminal: one stderr line
     progress = _Progress(enabled=not quiet)
+    from .bundle import verify_bundle
+
     report = verify_bundle(
         bundle,
         pins=pins,
@@ -323,6 +326,8 @@ def receipt_command(
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     wanted = name if name is not None else artifact.as_posix().removeprefix("./")
+    from .receiptcheck import check_receipt_file
+
     outcome = check_receipt_file(receipt, artifact, wanted, pins)
     from .output import write_stdout
 
