@@ -342,7 +342,10 @@ def test_crash_mid_run_then_resume(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "harness.cli", "run", str(plan), "--repo", str(repo),
             "--run", "r1"]  # fmt: skip
     resumed = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
-    assert resumed.returncode == 0, resumed.stderr
+    # the resumed run completes, but "slow" failed: exit 1, with the reason per task
+    assert resumed.returncode == 1, resumed.stderr
+    assert "did not complete: 1 of 2 task(s) not done" in resumed.stderr
+    assert "slow" in resumed.stdout and "crash" in resumed.stdout
     records = _records(repo / ".harness", "r1", "audit")
     ends = [
         r["body"]
