@@ -285,6 +285,7 @@ def test_cli_end_to_end(demo: DemoResult, clone: Path, tmp_path: Path) -> None:
     document = json.loads(out.stdout)
     Draft202012Validator(json.loads(SCHEMA.read_text("utf-8"))).validate(document)
     assert document["format"] == "harness-verify/gate-report"
+    assert document["version"] == 2
     assert document["passed"] is True
     assert [f["path"] for f in document["files"]] == DEMO_FILES
     text = summary.read_text("utf-8")

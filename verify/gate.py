@@ -76,7 +76,8 @@ __all__ = [
 ]
 
 GATE_FORMAT: Final = "harness-verify/gate-report"
-GATE_VERSION: Final = 1
+GATE_VERSION: Final = 2
+"""2: files carry expected_sha256 and actual_sha256 (format 2 of the evidence, issue 15)."""
 GATE_FORMATS: Final = ("text", "json", "sarif", "markdown")
 
 _NULL_OID: Final = frozenset("0")
