@@ -90,17 +90,10 @@ def require_runs(state: Path, run_ids: Iterable[str]) -> None:
 def task_reasons(state: Path, run_id: str) -> dict[str, str]:
     """The reason recorded with each task's latest transition (read from the audit store,
     best effort like ``task_states``): what ``harness run`` prints for a task not done."""
-    from harness.verify.canonical import parse_canonical
+    from .runner.resume import audit_objects
 
-    path = run_dir(state, run_id) / "audit.jsonl"
     reasons: dict[str, str] = {}
-    if not path.is_file():
-        return reasons
-    for line in path.read_bytes().splitlines():
-        try:
-            obj = parse_canonical(line)
-        except Exception:  # a torn tail: the writer recovers it, a reader stops there
-            break
+    for obj in audit_objects(state, run_id):
         body = obj.get("body")
         if obj.get("kind") == "task.transition" and isinstance(body, dict):
             task, reason = body.get("task"), body.get("reason")

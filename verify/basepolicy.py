@@ -45,6 +45,7 @@ class BaseRefReader:
     def __init__(self, repo: Path, commit: str) -> None:
         self.repo = repo
         self.commit = commit
+        self._entries: dict[str, tuple[str, str, str] | None] = {}
         try:
             real_top = git(repo, "rev-parse", "--show-toplevel").decode("utf-8").strip()
             cdup = git(repo, "rev-parse", "--show-cdup").decode("utf-8").strip()
@@ -68,7 +69,13 @@ class BaseRefReader:
         return None
 
     def _entry(self, rel: str) -> tuple[str, str, str] | None:
-        """(mode, type, object id) of ``rel`` in the commit, or ``None`` if it has none."""
+        """(mode, type, object id) of ``rel`` in the commit, or ``None`` if it has none
+        (asked once per path: ``exists`` and ``read`` of one key file share the answer)."""
+        if rel not in self._entries:
+            self._entries[rel] = self._lookup(rel)
+        return self._entries[rel]
+
+    def _lookup(self, rel: str) -> tuple[str, str, str] | None:
         if not rel:
             return None
         out = git(self.repo, "ls-tree", "-z", "--full-tree", self.commit, "--", rel)

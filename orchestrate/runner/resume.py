@@ -12,11 +12,13 @@ recorded now.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from harness.receipts.run import run_dir
 from harness.verify.canonical import parse_canonical
+from harness.verify.errors import VerificationError
 from harness.verify.fsm import TaskState
 from harness.verify.records import parse_record_line
 
@@ -90,21 +92,26 @@ def _merged_before_crash(run: RunCore, task: str, branch: str) -> bool:
     return True
 
 
-def task_states(state_dir: Path, run_id: str) -> dict[str, str]:
-    """Current task states of a run, read from its audit store (for `harness status`).
-
-    Read-only and best effort (a live run may be appending): it stops at a torn tail instead
-    of recovering it, which only the writer may do.
-    """
+def audit_objects(state_dir: Path, run_id: str) -> Iterator[dict[str, Any]]:
+    """The decoded records of a run's audit store, read-only and best effort (a live run may
+    be appending): it stops at a torn tail instead of recovering it, which only the writer
+    may do. For ``harness status`` and ``harness run``'s report, never for decisions."""
     path = run_dir(state_dir, run_id) / "audit.jsonl"
-    states: dict[str, str] = {}
-    if not path.exists():
-        return states
+    if not path.is_file():
+        return
     for line in path.read_bytes().splitlines():
         try:
             obj = parse_canonical(line)
-        except Exception:  # a torn tail: status is best effort, the writer recovers it
-            break
+        except VerificationError:  # a torn tail: the writer recovers it, a reader stops there
+            return
+        if isinstance(obj, dict):
+            yield obj
+
+
+def task_states(state_dir: Path, run_id: str) -> dict[str, str]:
+    """Current task states of a run, read from its audit store (for `harness status`)."""
+    states: dict[str, str] = {}
+    for obj in audit_objects(state_dir, run_id):
         if obj.get("kind") == "task.planned":
             states[obj["body"]["task"]] = "planned"
         elif obj.get("kind") == "task.transition":

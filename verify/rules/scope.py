@@ -25,45 +25,40 @@ _CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f]")
 _DAYS: Final = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
+def _text_problem(text: str, what: str) -> str | None:
+    """The problems globs and paths share: empty, absolute, backslash, control character,
+    empty, ``.`` or ``..`` segment."""
+    if not text:
+        return f"{what} is empty"
+    if text.startswith("/"):
+        return f"{what} is absolute (starts with '/')"
+    if "\\" in text:
+        return f"{what} contains a backslash"
+    if _CONTROL_RE.search(text):
+        return f"{what} contains a control character"
+    for segment in text.split("/"):
+        if segment == "":
+            return f"{what} has an empty segment"
+        if segment in {".", ".."}:
+            return f"{what} has a {segment!r} segment"
+    return None
+
+
 @lru_cache(maxsize=4096)
 def check_glob(glob: str) -> str | None:
     """Why ``glob`` is not an acceptable scope glob, or None if it is."""
-    if not glob:
-        return "glob is empty"
-    if glob.startswith("/"):
-        return "glob is absolute (starts with '/')"
-    if "\\" in glob:
-        return "glob contains a backslash"
-    if _CONTROL_RE.search(glob):
-        return "glob contains a control character"
-    for segment in glob.split("/"):
-        if segment == "":
-            return "glob has an empty segment"
-        if segment in {".", ".."}:
-            return f"glob has a {segment!r} segment"
-        if "**" in segment and segment != "**":
-            return "'**' must be a whole path segment"
-    return None
+    problem = _text_problem(glob, "glob")
+    if problem is None and any("**" in seg and seg != "**" for seg in glob.split("/")):
+        return "'**' must be a whole path segment"
+    return problem
 
 
 def check_rel_path(path: str) -> str | None:
     """Why ``path`` is not a normalized repository-relative POSIX path, or None if it is."""
-    if not path:
-        return "path is empty"
-    if path.startswith("/"):
-        return "path is absolute (starts with '/')"
-    if "\\" in path:
-        return "path contains a backslash"
-    if _CONTROL_RE.search(path):
-        return "path contains a control character"
-    for segment in path.split("/"):
-        if segment == "":
-            return "path has an empty segment"
-        if segment in {".", ".."}:
-            return f"path has a {segment!r} segment"
-        if segment.lower() == ".git":
-            return "path is inside .git"
-    return None
+    problem = _text_problem(path, "path")
+    if problem is None and any(seg.lower() == ".git" for seg in path.split("/")):
+        return "path is inside .git"
+    return problem
 
 
 def _segment_regex(segment: str) -> str:
