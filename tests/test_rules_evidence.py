@@ -114,6 +114,12 @@ def lawful() -> Records:
         "timeout_ms": 1000,
         "sandbox": NO_SANDBOX,
         "env": ["PATH"],
+        "supervisor": "role:coder",
+        "attempt": 1,
+        "idle_ms": None,
+        "lifetime_ms": 1000,
+        "lock": ["**"],
+        "budget": {"wall_ms": None, "tokens": None, "cost_micros": None},
     }
     integrity = {
         "batch": "b0001",

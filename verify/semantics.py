@@ -25,6 +25,7 @@ from .fsm import INITIAL, TaskState, is_legal
 from .layout import plan_member
 from .policycheck import PolicyCheck
 from .records import Record
+from .runchecks import RunCheck, run_checks
 
 
 class SemanticsError(VerificationError):
@@ -48,6 +49,8 @@ class RunSemantics:
     tasks: dict[str, _Task] = field(default_factory=dict)
     declared: bool = False
     policy: PolicyCheck | None = None
+    checks: list[RunCheck] = field(default_factory=list)
+    """Further folds over the same records (``harness.verify.runchecks``: locks, budgets…)."""
 
     def _task(self, name: str, where: str) -> _Task:
         task = self.tasks.get(name)
@@ -58,6 +61,8 @@ class RunSemantics:
     def audit(self, record: Record, where: str) -> None:
         if self.policy is not None:
             self.policy.audit(record, where)
+        for check in self.checks:
+            check.audit(record, where)
         body = record.body
         kind = record.kind
         if kind == "task.planned":
@@ -120,6 +125,8 @@ class RunSemantics:
     def lineage(self, record: Record, where: str) -> None:
         if self.policy is not None:
             self.policy.lineage(record, where)
+        for check in self.checks:
+            check.lineage(record, where)
         if not self.declared or record.kind not in ("artifact.write", "artifact.delete"):
             return
         task = self._task(str(record.body["task"]), where)
@@ -132,6 +139,8 @@ class RunSemantics:
     def finish(self) -> None:
         if self.policy is not None:
             self.policy.finish()
+        for check in self.checks:
+            check.finish()
         if self.declared and (self.policy is None or not self.policy.started):
             raise SemanticsError(f"run {self.run!r} declares tasks but has no run.start record")
         for name, task in self.tasks.items():
@@ -141,7 +150,11 @@ class RunSemantics:
 
 def run_semantics(run: str, plan: bytes | None) -> RunSemantics:
     """A fold for one run; ``plan`` is its plan member (None when the bundle has none)."""
-    return RunSemantics(run, policy=PolicyCheck(run, plan, plan_member(run)))
+    return RunSemantics(
+        run,
+        policy=PolicyCheck(run, plan, plan_member(run)),
+        checks=run_checks(run, plan),
+    )
 
 
 def check_run_semantics(

@@ -124,6 +124,12 @@ def _agent_and_merge(
             "timeout_ms": int(timeout_s * 1000),
             "sandbox": profile.to_json(),
             "env": list(profile.env),
+            "supervisor": f"role:{batch.role}",
+            "attempt": 1,
+            "idle_ms": None,
+            "lifetime_ms": int(min(timeout_s, 1800) * 1000),
+            "lock": sorted({glob for task in tasks for glob in task.scope}),
+            "budget": {"wall_ms": None, "tokens": None, "cost_micros": None},
         },
     )
     for task in tasks:
@@ -146,6 +152,8 @@ def _agent_and_merge(
             "signal": result.signal,
             "timed_out": result.timed_out,
             "duration_ms": result.duration_ms,
+            "anomaly": "timeout" if result.timed_out else None,
+            "usage": None,
         },
     )
     output = adapter.parse(request, result)

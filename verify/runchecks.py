@@ -1,0 +1,37 @@
+"""The per-run folds that ``harness.verify.semantics`` runs beside its own lifecycle check.
+
+Each check sees a run's audit records in store order, then its lineage records, then
+``finish``; it raises a ``VerificationError`` subclass naming the record (``where``) and the
+reason. One module per concern (write locks, budgets, attempts, ...) keeps ``semantics`` small;
+this registry is the one place that lists them, in the order they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from .records import Record
+
+
+class RunCheck(Protocol):
+    """A fold over one run's records; raises on the first record that breaks its rule."""
+
+    def audit(self, record: Record, where: str) -> None: ...
+
+    def lineage(self, record: Record, where: str) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+RunCheckFactory = Callable[[str, bytes | None], RunCheck]
+"""``(run id, plan member bytes or None) -> RunCheck``."""
+
+
+def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:
+    """A fresh instance of every run check, in the order they see each record.
+
+    Imports are local so that check modules may import ``RunCheck`` from here.
+    """
+    makers: list[RunCheckFactory] = []
+    return [make(run, plan) for make in makers]
