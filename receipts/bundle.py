@@ -5,7 +5,8 @@ size and SHA-256, and what each store holds), ``manifest.sig`` (a signed note ov
 digest), the signer's public verifier key, and per run: each store's records up to its newest
 signed checkpoint, the quarantined torn tails those records mention, every checkpoint, a
 consistency proof between each pair of consecutive checkpoints, and (runs made by the runtime)
-the plan document ``runs/<run>/plan.json`` whose digest ``run.start`` records.
+the plan document ``runs/<run>/plan.json`` whose digest ``run.start`` records. The checkpoints
+include those a progressively sealed run signed while it ran (docs/spec/checkpoints.md §6.1).
 
 Never in: any secret. Only the public verifier key is written, and a test scans bundles for the
 private key and HMAC key bytes.
@@ -51,7 +52,9 @@ from harness.verify.lineage import FOLD_ORDER, FinalArtifacts, MergeFacts
 from harness.verify.merkle import leaf_hash
 from harness.verify.note import open_note_signed_once
 from harness.verify.records import parse_record_line
+from harness.verify.storecheck import checkpoint_origin
 
+from .checkpoint import format_checkpoint_body
 from .keys import OperatorKeys
 from .merkle import MerkleTree
 from .receipt import StoreFacts, artifact_receipt, run_attestations, run_statements
@@ -211,8 +214,22 @@ def _quarantine_lines(writer: StoreWriter, recovered: list[bytes]) -> bytes:
     return b"".join(chosen)
 
 
+def _sealed_so_far(writer: StoreWriter, keys: OperatorKeys) -> list[tuple[int, bytes]]:
+    """Checkpoints as they are on disk, for an export that signs nothing new (``seal=False``).
+
+    A store never checkpointed gets a size-0 checkpoint signed in memory (the empty tree is a
+    prefix of every store, so that note is true whatever the store holds) and not written."""
+    notes = _own_checkpoints(writer, writer.size, keys)
+    if notes:
+        return notes
+    empty = format_checkpoint_body(
+        checkpoint_origin(writer.run_id, writer.store), 0, hashlib.sha256(b"").digest()
+    )
+    return [(0, keys.note_signer().sign(empty))]
+
+
 def _collect_run(
-    recorder: RunRecorder, keys: OperatorKeys, members: dict[str, _Source]
+    recorder: RunRecorder, keys: OperatorKeys, members: dict[str, _Source], *, seal: bool = True
 ) -> dict[str, object]:
     signer = keys.note_signer()
     run_id = recorder.run_id
@@ -226,8 +243,12 @@ def _collect_run(
         members[plan_member(run_id)] = _Source(data=plan)
     for store in FOLD_ORDER:
         writer = recorder.store(store)
-        sealed = writer.checkpoint(signer)
-        size = int(sealed.stem)
+        if seal:
+            size = int(writer.checkpoint(signer).stem)
+            notes = _own_checkpoints(writer, size, keys)
+        else:
+            notes = _sealed_so_far(writer, keys)
+            size = notes[-1][0]
         prefix = _store_prefix(writer, size, merged)
         if store == "audit":
             merged = prefix.merges.merged_tasks()
@@ -236,7 +257,6 @@ def _collect_run(
         quarantine = _quarantine_lines(writer, prefix.recovered)
         if quarantine:
             members[quarantine_member(run_id, store)] = _Source(data=quarantine)
-        notes = _own_checkpoints(writer, size, keys)
         sizes = [cp_size for cp_size, _ in notes]
         for cp_size, note in notes:
             members[checkpoint_member(run_id, store, cp_size)] = _Source(data=note)
@@ -330,8 +350,13 @@ def export_bundle(
     run_ids: Sequence[str] | None = None,
     *,
     compress: bool | None = None,
+    seal: bool = True,
 ) -> ExportResult:
-    """Seal and export runs from ``state_dir`` to ``out`` (gzip if it ends in .gz/.tgz)."""
+    """Seal and export runs from ``state_dir`` to ``out`` (gzip if it ends in .gz/.tgz).
+
+    ``seal=False`` signs nothing new: each store is exported up to its newest checkpoint
+    already on disk (what a crash leaves verifiable), records after it left out.
+    """
     runs_root = state_dir / "runs"
     available = _run_ids(runs_root)
     chosen = sorted(set(run_ids)) if run_ids else available
@@ -342,7 +367,7 @@ def export_bundle(
     runs = []
     for run_id in chosen:
         with RunRecorder(state_dir, run_id, keys) as recorder:
-            runs.append(_collect_run(recorder, keys, members))
+            runs.append(_collect_run(recorder, keys, members, seal=seal))
     signer = keys.note_signer()
     verifier_key = signer.verifier_key()
     members[key_member(key_id(keys.public_raw))] = _Source(data=verifier_key.encode() + b"\n")

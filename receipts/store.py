@@ -8,7 +8,9 @@ Why it is built this way (DESIGN §3):
   so concurrent writers never interleave or fork the chain;
 * a torn last line (crash mid-write) is moved to ``<store>.quarantine.jsonl`` and a chained
   ``store.recovered`` record says so; nothing acknowledged is ever dropped;
-* appends cost O(1): the running Merkle root is a compact range, the chain state one MAC.
+* appends cost O(1): the running Merkle root is a compact range, the chain state one MAC;
+* an optional ``after_append`` hook runs after each acknowledged append, outside the lock, so
+  a run recorder can seal (sign a checkpoint) progressively without re-reading the store.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class StoreWriter:
         run_id: str,
         hmac_master: bytes,
         clock: Callable[[], str] = utc_now,
+        after_append: Callable[[StoreWriter], None] | None = None,
     ) -> None:
         if store not in STORES:
             raise StoreError(f"unknown store {store!r}; stores are {', '.join(STORES)}")
@@ -116,8 +119,12 @@ class StoreWriter:
         self._tree = CompactRange()
         self._end = 0
         self._last_time = ""
+        self._after_append = after_append
         with self._locked():
             self._catch_up()
+        self.sealed_size = self._newest_checkpoint_size()
+        """Tree size of the newest checkpoint this writer knows of (0 when there is none):
+        the records after it are the store's unsealed tail."""
 
     # ---- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -143,6 +150,23 @@ class StoreWriter:
 
     def root(self) -> bytes:
         return self._tree.root()
+
+    @property
+    def unsealed(self) -> int:
+        """Records appended since the newest checkpoint this writer knows of."""
+        return self._tree.size - self.sealed_size
+
+    def _newest_checkpoint_size(self) -> int:
+        """The largest ``<size>.note`` name not beyond the store (one listing, at open only)."""
+        folder = self.checkpoint_dir
+        if not folder.is_dir():
+            return 0
+        sizes = [
+            int(path.stem)
+            for path in folder.glob("*.note")
+            if path.stem.isdigit() and int(path.stem) <= self._tree.size
+        ]
+        return max(sizes, default=0)
 
     @property
     def quarantine_path(self) -> Path:
@@ -238,7 +262,10 @@ class StoreWriter:
             return []
         with self._locked():
             self._catch_up()
-            return self._write(batch)
+            results = self._write(batch)
+        if self._after_append is not None:
+            self._after_append(self)  # outside the lock: it may sign a checkpoint
+        return results
 
     def _encode(self, batch: list[tuple[str, Mapping[str, Any]]], now: str) -> list[Appended]:
         """Build the lines of a batch; the chain state is untouched unless all of them encode."""
@@ -307,6 +334,7 @@ class StoreWriter:
             note = signer.sign(body)  # Ed25519 is deterministic: same key, same bytes
             if target.exists():
                 if target.read_bytes() == note:
+                    self.sealed_size = max(self.sealed_size, self._tree.size)
                     return target
                 raise StoreError(
                     f"{target} exists with other bytes (signed by another key, or the store was "
@@ -321,6 +349,7 @@ class StoreWriter:
                 os.close(fd)
             os.replace(tmp, target)
             fsync_dir(folder)
+            self.sealed_size = max(self.sealed_size, self._tree.size)
             return target
 
 

@@ -219,10 +219,18 @@ def test_json_validates_and_round_trips(status: Status, validator: Draft202012Va
     else:
         assert Failure(**doc["failure"]) == report.failure
     rebuilt = [
-        StoreSummary(**{**store, "checkpoints": tuple(store["checkpoints"])})
+        StoreSummary(
+            **{
+                **{k: v for k, v in store.items() if k != "largest_unsealed"},
+                "checkpoints": tuple(store["checkpoints"]),
+            }
+        )
         for store in doc["stores"]
     ]
     assert rebuilt == report.stores
+    assert [s["largest_unsealed"] for s in doc["stores"]] == [
+        s.largest_unsealed for s in report.stores
+    ]
     # Stable: same report, same bytes; keys sorted.
     assert render_json(report) == text
     assert text == json.dumps(doc, sort_keys=True, indent=2) + "\n"
@@ -586,11 +594,12 @@ def test_text_stores_table_and_trust_source() -> None:
     assert "trusted by:    --trusted-key" in text
     assert KEY_ID in text
     header = next(line for line in text.splitlines() if "RECORDS" in line)
-    assert header.split() == ["RUN", "STORE", "RECORDS", "ROOT", "CHECKPOINTS"]
+    assert header.split() == ["RUN", "STORE", "RECORDS", "ROOT", "MAX-UNSEALED", "CHECKPOINTS"]
     row = next(line for line in text.splitlines() if "lineage" in line and "run-1" in line)
     assert "ab" * 8 in row
     assert "ab" * 9 not in row
     assert "1, 5, 12" in row
+    assert row.split()[4] == "7"  # the gap from 5 to 12
     assert "hmac chain:    checked" in text
     assert "exit code 0: verified and trusted" in text
 

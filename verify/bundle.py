@@ -89,6 +89,7 @@ from .report import (
     unconfined_runs,
 )
 from .runreceipts import check_run_receipts
+from .sealing import unsealed_detail
 from .semantics import run_semantics
 from .storecheck import (
     StoreResult,
@@ -603,7 +604,8 @@ class _Pass:
             "manifest-signature": f"signed by key {self.report.signer_key_id}",
             "members": f"{listed} members, {self.member_bytes} bytes, all listed and intact",
             "records": f"{sum(r.size for r in self.results)} records in {len(self.results)} stores",
-            "merkle-roots": f"{counts['checkpoints']} signed checkpoints match their trees",
+            "merkle-roots": f"{counts['checkpoints']} signed checkpoints match their trees; "
+            f"{unsealed_detail(self.results)}",
             "consistency-proofs": f"{counts['consistency']} consistency proofs verify",
             "hmac-chain": f"{counts['hmac']} records chain under the given HMAC key",
             "receipts": f"{counts['receipts']} receipts and attestations verify and match",

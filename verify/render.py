@@ -229,13 +229,16 @@ def render_text(report: Report, *, color: bool = False) -> str:
 
     if report.stores:
         lines.append("stores:")
-        rows: list[tuple[str, ...]] = [("RUN", "STORE", "RECORDS", "ROOT", "CHECKPOINTS")]
+        rows: list[tuple[str, ...]] = [
+            ("RUN", "STORE", "RECORDS", "ROOT", "MAX-UNSEALED", "CHECKPOINTS")
+        ]
         rows.extend(
             (
                 _safe_text(store.run),
                 _safe_text(store.store),
                 str(store.records),
                 _safe_text(store.root[:16]) or "-",
+                str(store.largest_unsealed),
                 _checkpoint_sizes(store.checkpoints),
             )
             for store in report.stores
@@ -331,6 +334,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "records": store.records,
                 "root": store.root,
                 "checkpoints": list(store.checkpoints),
+                "largest_unsealed": store.largest_unsealed,
                 "first_time": store.first_time,
                 "last_time": store.last_time,
                 "kinds": dict(store.kinds),

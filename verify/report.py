@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Final
 
+from .sealing import largest_unsealed
+
 
 class ExitCode(IntEnum):
     """Stable, documented process exit codes of ``harness-verify``."""
@@ -146,6 +148,11 @@ class StoreSummary:
     first_time: str | None
     last_time: str | None
     kinds: dict[str, int]
+
+    @property
+    def largest_unsealed(self) -> int:
+        """The most records that were ever past the newest checkpoint (``sealing``)."""
+        return largest_unsealed(self.checkpoints, self.records)
 
 
 @dataclass(frozen=True)
