@@ -10,6 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from harness.verify.fsm import TaskState
+from harness.verify.rules.budget import Limits
+
+NO_BUDGET = Limits()
+"""No limit on any resource (the default budget of a task, a role and the run)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,13 @@ class TaskSpec:
     model: str | None = None
     order: int = 0
     """Position in the plan file (creation order), the scheduler's tie-breaker."""
+    budget: Limits = NO_BUDGET
+    """The task's own budget (``budget = {wall_s, tokens, cost_usd}``), in record units:
+    every batch the task is in is charged to it in full (``harness.verify.rules.budget``)."""
+    max_attempts: int | None = None
+    """Attempts this task may have (1..10); ``None``: the plan's ``max_attempts``."""
+    idle_s: int | None = None
+    """Idle limit in seconds for this task's agents (1..1800); ``None``: the plan's."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,40 @@ class Plan:
     """Quiescent ticks (nothing runnable, nothing running) before the loop stops."""
     commands: Mapping[str, CommandSpec] = field(default_factory=dict)
     """Plan-defined command adapters by name."""
+    max_in_flight: int = 4
+    """Global limit (1..256) of batches in flight at once, over all roles; per-role
+    ``concurrency`` limits still apply beneath it."""
+    max_attempts: int = 1
+    """Attempts per task (1..10) unless the task sets its own: a failed attempt is retried
+    from the task's checkpoint while attempts remain."""
+    idle_s: int | None = None
+    """Seconds (1..1800) without progress after which an agent is *hung* and reaped;
+    ``None``: no idle limit (a task may still set one)."""
+    lifetime_s: int = 1800
+    """Hard cap (1..1800 s) on any agent's life, whatever its ``timeout_s``."""
+    seal_every_records: int = 1000
+    """Progressive sealing: a signed checkpoint after at most this many records (1..10^7)."""
+    seal_every_s: int = 60
+    """Progressive sealing: a signed checkpoint at least this often (1..86400 s) while records
+    are being written."""
+    budget: Limits = NO_BUDGET
+    """The run's budget (``[plan.budget]``): every batch is charged to it once."""
+    role_budgets: Mapping[str, Limits] = field(default_factory=dict)
+    """Per role (``[plan.budget.role.<role>]``), sorted by role: every batch of that role is
+    charged to it once."""
+
+    def attempts_for(self, task: TaskSpec) -> int:
+        """The attempt limit that applies to ``task`` (its own, else the plan's)."""
+        return self.max_attempts if task.max_attempts is None else task.max_attempts
+
+    def idle_s_for(self, task: TaskSpec) -> int | None:
+        """The idle limit that applies to ``task`` (its own, else the plan's; ``None``: off)."""
+        return self.idle_s if task.idle_s is None else task.idle_s
+
+    def budget_ledger_limits(self) -> tuple[Limits, Mapping[str, Limits], Mapping[str, Limits]]:
+        """``(run, roles, tasks)`` limits, the arguments of ``rules.budget.Ledger``."""
+        tasks = {task.id: task.budget for task in self.tasks if task.budget != NO_BUDGET}
+        return self.budget, dict(self.role_budgets), tasks
 
 
 @dataclass(frozen=True)

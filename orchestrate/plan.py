@@ -12,6 +12,21 @@ Format (TOML 1.0, UTF-8)::
     name = "demo"               # required: [A-Za-z0-9][A-Za-z0-9._-]{0,127}
     max_batch = 3               # tasks per batch, 1..3 (default 3)
     settle_ticks = 2            # quiescent ticks before the loop stops, 1..1000 (default 2)
+    max_in_flight = 4           # batches in flight at once over all roles, 1..256 (default 4)
+    max_attempts = 1            # attempts per task, 1..10 (default 1)
+    idle_s = 120                # seconds without progress = hung, 1..1800 (default: absent, off)
+    lifetime_s = 1800           # cap on any agent's life, 1..1800 (default 1800)
+    seal_every_records = 1000   # checkpoint after at most N records, 1..10^7 (default 1000)
+    seal_every_s = 60           # checkpoint at least every T seconds, 1..86400 (default 60)
+
+    [plan.budget]               # optional: the run's budget; every key optional
+    wall_s = 3600               # summed agent wall-clock, seconds, 1..10^7
+    tokens = 2000000            # summed input + output tokens, 1..2^53-1
+    cost_usd = 12.50            # summed cost in US dollars, an exact decimal with at most
+                                # 6 decimals (whole micro-dollars), 0.000001..1000000
+
+    [plan.budget.role.coder]    # optional: a role's budget (same keys); the role must be
+    tokens = 500000             # the role of at least one task
 
     [plan.concurrency]          # optional: role -> batches of that role in flight at once,
     coder = 2                   # 1..1000 (default 1); every key must be a role some task has
@@ -43,6 +58,9 @@ Format (TOML 1.0, UTF-8)::
     tools = ["edit"]            # tool names, or "mcp:<server>" (default [])
     timeout_s = 60              # wall-clock limit in seconds, > 0 (default 300)
     model = "scripted-model"    # optional, non-empty
+    budget = { wall_s = 600, tokens = 100000, cost_usd = 1.25 }  # optional, same keys
+    max_attempts = 3            # overrides [plan] max_attempts (1..10)
+    idle_s = 60                 # overrides [plan] idle_s (1..1800)
 
     [[task.gates]]              # zero or more quality gates, run in this order
     name = "tests"              # required: a name, unique within the task
@@ -57,11 +75,13 @@ Format (TOML 1.0, UTF-8)::
 A *name* (role, adapter, tool, MCP server, gate) matches ``[A-Za-z0-9][A-Za-z0-9._-]{0,63}``.
 Lists of names, ids, globs, hosts and actions must not repeat an entry. Integers are TOML
 integers (booleans are not integers); timeouts may be integers or floats, finite and > 0.
+``load_plan`` decodes TOML floats as ``decimal.Decimal`` so that ``cost_usd`` is exact.
 
 Whole-plan rules: task ids unique; every ``depends`` entry names a task of the plan; no
 dependency cycle (a task depending on itself is a cycle; the error names the cycle as
 ``a -> b -> a``, starting at the task that comes first in the file); every edit path inside
-its task's scope; every ``[plan.concurrency]`` key is the role of at least one task.
+its task's scope; every ``[plan.concurrency]`` and ``[plan.budget.role]`` key is the role of
+at least one task.
 
 Globs (task and capsule scopes) are repository-relative POSIX patterns, matched against whole
 normalized paths, case-sensitively: ``*`` matches any run of characters within one segment
@@ -80,12 +100,14 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from harness.verify.rules.budget import Limits
 from harness.verify.rules.scope import check_glob, check_rel_path, check_time, in_scope
 
-from .model import CapsuleSpec, CommandSpec, Edit, Gate, Plan, TaskSpec
+from .model import NO_BUDGET, CapsuleSpec, CommandSpec, Edit, Gate, Plan, TaskSpec
 
 MAX_BATCH_LIMIT: Final = 3
 SAFE_INT: Final = 2**53 - 1
@@ -108,7 +130,31 @@ BUILTIN_ADAPTERS: Final = frozenset(
 """Adapter names a plan cannot redefine (``command`` can: it has no built-in template)."""
 ENV_NAME_RE: Final = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 _RESERVED_ENV: Final = frozenset({"HOME", "PATH", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE"})
-_PLAN_KEYS: Final = ("name", "max_batch", "settle_ticks", "concurrency")
+_PLAN_KEYS: Final = (
+    "name",
+    "max_batch",
+    "settle_ticks",
+    "concurrency",
+    "max_in_flight",
+    "max_attempts",
+    "idle_s",
+    "lifetime_s",
+    "seal_every_records",
+    "seal_every_s",
+    "budget",
+)
+_BUDGET_KEYS: Final = ("wall_s", "tokens", "cost_usd")
+_RUN_BUDGET_KEYS: Final = (*_BUDGET_KEYS, "role")
+MAX_IN_FLIGHT: Final = 256
+MAX_ATTEMPTS: Final = 10
+MAX_IDLE_S: Final = 1800
+MAX_LIFETIME_S: Final = 1800
+MAX_SEAL_RECORDS: Final = 10**7
+MAX_SEAL_S: Final = 86400
+MAX_BUDGET_WALL_S: Final = 10**7
+MAX_BUDGET_COST_MICROS: Final = 10**12
+"""One million US dollars."""
+MICROS_PER_USD: Final = 10**6
 _CAPSULE_KEYS: Final = ("goal", "actions", "scope", "adapters", "egress", "expires")
 _TASK_KEYS: Final = (
     "id",
@@ -123,6 +169,9 @@ _TASK_KEYS: Final = (
     "model",
     "gates",
     "edits",
+    "budget",
+    "max_attempts",
+    "idle_s",
 )
 _GATE_KEYS: Final = ("name", "command", "timeout_s")
 _EDIT_KEYS: Final = ("path", "content", "delete")
@@ -155,7 +204,7 @@ def _kind(value: object) -> str:
         return "boolean"
     if isinstance(value, int):
         return "integer"
-    if isinstance(value, float):
+    if isinstance(value, float | Decimal):
         return "float"
     if isinstance(value, str):
         return "string"
@@ -202,7 +251,7 @@ def _int(value: object, key: str, low: int, high: int) -> int:
 
 
 def _timeout(value: object, key: str) -> float:
-    if type(value) not in (int, float):
+    if type(value) not in (int, float, Decimal):
         raise PlanError(key, f"must be a number of seconds, got {_kind(value)}")
     seconds = float(value)  # type: ignore[arg-type]
     if not math.isfinite(seconds) or seconds <= 0:
@@ -276,6 +325,56 @@ def _action(item: object, key: str) -> str:
     return text
 
 
+def _cost_micros(value: object, key: str) -> int:
+    """US dollars as exact integer micro-dollars.
+
+    ``load_plan`` decodes TOML floats as ``Decimal`` (the digits as written, never a binary
+    float); a ``float`` from a document built in code is read by its shortest repr. A value
+    that is not a whole number of micro-dollars is an error, never rounded.
+    """
+    if type(value) is Decimal:
+        amount = value
+    elif type(value) is int:
+        amount = Decimal(value)
+    elif type(value) is float:
+        amount = Decimal(repr(value)) if math.isfinite(value) else Decimal("NaN")
+    else:
+        raise PlanError(key, f"must be a number of US dollars, got {_kind(value)}")
+    low, high = Decimal(1).scaleb(-6), Decimal(MAX_BUDGET_COST_MICROS).scaleb(-6)
+    if not amount.is_finite() or not low <= amount <= high:
+        top = MAX_BUDGET_COST_MICROS // MICROS_PER_USD
+        raise PlanError(key, f"must be between 0.000001 and {top}, got {value}")
+    micros = amount.scaleb(6)
+    if micros != micros.to_integral_value():
+        raise PlanError(key, f"{value} has more than 6 decimals (whole micro-dollars only)")
+    return int(micros)
+
+
+def _budget(value: object, key: str, keys: Sequence[str] = _BUDGET_KEYS) -> Limits:
+    """A budget table (``wall_s``, ``tokens``, ``cost_usd``; each optional) in record units."""
+    table = _table(value, key, keys)
+    wall = tokens = cost = None
+    if "wall_s" in table:
+        wall = _int(table["wall_s"], _join(key, "wall_s"), 1, MAX_BUDGET_WALL_S) * 1000
+    if "tokens" in table:
+        tokens = _int(table["tokens"], _join(key, "tokens"), 1, SAFE_INT)
+    if "cost_usd" in table:
+        cost = _cost_micros(table["cost_usd"], _join(key, "cost_usd"))
+    return Limits(wall_ms=wall, tokens=tokens, cost_micros=cost)
+
+
+def _role_budgets(value: object, key: str) -> dict[str, Limits]:
+    if not isinstance(value, Mapping):
+        raise PlanError(key, f"must be a table of [{key}.ROLE] tables, got {_kind(value)}")
+    out: dict[str, Limits] = {}
+    for role, entry in value.items():
+        role_key = _join(key, str(role))
+        if not NAME_RE.fullmatch(str(role)):
+            raise PlanError(role_key, f"{role!r} is not a valid role name")
+        out[str(role)] = _budget(entry, role_key)
+    return dict(sorted(out.items()))
+
+
 # ---------------------------------------------------------------------------------------------
 # Sections
 
@@ -338,6 +437,11 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
     tools = _unique_strs(table.get("tools", []), sub("tools"), _tool)
     timeout = _timeout(table.get("timeout_s", 300.0), sub("timeout_s"))
     model = _str(table["model"], sub("model")) if "model" in table else None
+    budget = _budget(table["budget"], sub("budget")) if "budget" in table else NO_BUDGET
+    max_attempts = None
+    if "max_attempts" in table:
+        max_attempts = _int(table["max_attempts"], sub("max_attempts"), 1, MAX_ATTEMPTS)
+    idle_s = _int(table["idle_s"], sub("idle_s"), 1, MAX_IDLE_S) if "idle_s" in table else None
 
     gates_key = sub("gates")
     gates = tuple(
@@ -381,6 +485,9 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
         timeout_s=timeout,
         model=model,
         order=order,
+        budget=budget,
+        max_attempts=max_attempts,
+        idle_s=idle_s,
     )
 
 
@@ -485,6 +592,19 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
             if not NAME_RE.fullmatch(str(role)):
                 raise PlanError(role_key, f"{role!r} is not a valid role name")
             concurrency[str(role)] = _int(limit, role_key, 1, 1000)
+    max_in_flight = _int(head.get("max_in_flight", 4), "plan.max_in_flight", 1, MAX_IN_FLIGHT)
+    max_attempts = _int(head.get("max_attempts", 1), "plan.max_attempts", 1, MAX_ATTEMPTS)
+    idle_s = _int(head["idle_s"], "plan.idle_s", 1, MAX_IDLE_S) if "idle_s" in head else None
+    lifetime_s = _int(head.get("lifetime_s", 1800), "plan.lifetime_s", 1, MAX_LIFETIME_S)
+    seal_every_records = _int(
+        head.get("seal_every_records", 1000), "plan.seal_every_records", 1, MAX_SEAL_RECORDS
+    )
+    seal_every_s = _int(head.get("seal_every_s", 60), "plan.seal_every_s", 1, MAX_SEAL_S)
+    run_budget, role_budgets = NO_BUDGET, {}
+    if "budget" in head:
+        run_budget = _budget(head["budget"], "plan.budget", _RUN_BUDGET_KEYS)
+        if "role" in head["budget"]:
+            role_budgets = _role_budgets(head["budget"]["role"], "plan.budget.role")
 
     capsule = _parse_capsule(root["capsule"]) if "capsule" in root else None
     commands = _parse_commands(root["adapter"]) if "adapter" in root else {}
@@ -515,6 +635,9 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
     for role in concurrency:
         if role not in roles:
             raise PlanError(_join("plan.concurrency", role), f"no task has role {role!r}")
+    for role in role_budgets:
+        if role not in roles:
+            raise PlanError(_join("plan.budget.role", role), f"no task has role {role!r}")
 
     return Plan(
         name=name,
@@ -524,6 +647,14 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         capsule=capsule,
         settle_ticks=settle_ticks,
         commands=commands,
+        max_in_flight=max_in_flight,
+        max_attempts=max_attempts,
+        idle_s=idle_s,
+        lifetime_s=lifetime_s,
+        seal_every_records=seal_every_records,
+        seal_every_s=seal_every_s,
+        budget=run_budget,
+        role_budgets=role_budgets,
     )
 
 
@@ -535,7 +666,7 @@ def load_plan(path: Path) -> Plan:
     except UnicodeDecodeError as exc:
         raise PlanError("", f"not valid UTF-8 at byte {exc.start}", source=source) from None
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(text, parse_float=Decimal)
     except tomllib.TOMLDecodeError as exc:
         raise PlanError("", f"invalid TOML: {exc}", source=source) from None
     try:

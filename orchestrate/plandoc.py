@@ -9,7 +9,9 @@ plans read from files are bound the same way, and a second implementation needs 
 every dataclass field of ``Plan``, ``TaskSpec``, ``Gate``, ``Edit`` and ``CapsuleSpec`` by
 name (tuples as arrays, mappings as objects), plus ``"format": "harness-verify/plan"`` and
 ``"version": 1``. Records carry integers only, so a field in seconds (``timeout_s``, a float)
-becomes ``timeout_ms`` (an integer, ``int(seconds * 1000)``, as ``agent.spawn`` records it).
+becomes ``timeout_ms`` (an integer, ``int(seconds * 1000)``, as ``agent.spawn`` records it);
+an unset one (``idle_s``: ``None``) becomes ``idle_ms: null``. Budgets (``budget``,
+``role_budgets``) are already in record units: ``{"wall_ms", "tokens", "cost_micros"}``.
 New fields join automatically, so the digest never silently leaves part of a plan unbound.
 """
 
@@ -34,8 +36,11 @@ def _value(value: Any, where: str) -> Any:
         for item in dataclasses.fields(value):
             field_value = getattr(value, item.name)
             name = item.name
-            if name.endswith("_s") and isinstance(field_value, int | float):
-                name, field_value = name[:-2] + "_ms", int(field_value * 1000)
+            if name.endswith("_s") and (
+                field_value is None or isinstance(field_value, int | float)
+            ):
+                name = name[:-2] + "_ms"
+                field_value = None if field_value is None else int(field_value * 1000)
             out[name] = _value(field_value, f"{where}.{item.name}")
         return out
     if isinstance(value, tuple | list):

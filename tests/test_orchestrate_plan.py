@@ -16,6 +16,8 @@ from jsonschema import Draft202012Validator
 
 from harness.orchestrate.model import CapsuleSpec, Edit, Gate, TaskSpec
 from harness.orchestrate.plan import PlanError, load_plan, parse_plan
+from harness.orchestrate.plandoc import plan_document
+from harness.verify.rules.budget import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "schemas" / "plan.schema.json").read_text())
@@ -26,9 +28,26 @@ PLAN_TOML = """\
 name = "demo"
 max_batch = 3
 settle_ticks = 2
+max_in_flight = 8
+max_attempts = 2
+idle_s = 120
+lifetime_s = 900
+seal_every_records = 500
+seal_every_s = 30
 
 [plan.concurrency]
 coder = 2
+
+[plan.budget]
+wall_s = 3600
+tokens = 2000000
+cost_usd = 12.5
+
+[plan.budget.role.tester]
+tokens = 300000
+
+[plan.budget.role.coder]
+cost_usd = 0.000001
 
 [capsule]
 goal = "Fix the greeting"
@@ -49,6 +68,9 @@ depends = []
 tools = ["edit"]
 timeout_s = 60
 model = "scripted-model"
+budget = { wall_s = 600, tokens = 100000, cost_usd = 1.25 }
+max_attempts = 3
+idle_s = 60
 
 [[task.gates]]
 name = "tests"
@@ -121,6 +143,9 @@ def test_valid_plan_parses(tmp_path: Path) -> None:
         timeout_s=60.0,
         model="scripted-model",
         order=0,
+        budget=Limits(wall_ms=600_000, tokens=100_000, cost_micros=1_250_000),
+        max_attempts=3,
+        idle_s=60,
     )
     assert t2.order == 1
     assert t2.depends == ("t1",)
@@ -132,6 +157,14 @@ def test_valid_plan_parses(tmp_path: Path) -> None:
     assert t2.tools == ("shell", "mcp:github")
     assert t2.edits == (Edit("tests/test_app.py", ""),)
     assert isinstance(t1.timeout_s, float)
+    assert t2.budget == Limits() and t2.max_attempts is None and t2.idle_s is None
+    assert (plan.max_in_flight, plan.max_attempts, plan.idle_s, plan.lifetime_s) == (8, 2, 120, 900)
+    assert (plan.seal_every_records, plan.seal_every_s) == (500, 30)
+    assert plan.budget == Limits(wall_ms=3_600_000, tokens=2_000_000, cost_micros=12_500_000)
+    assert plan.role_budgets == {"coder": Limits(cost_micros=1), "tester": Limits(tokens=300_000)}
+    assert list(plan.role_budgets) == ["coder", "tester"]
+    assert (plan.attempts_for(t1), plan.attempts_for(t2)) == (3, 2)
+    assert (plan.idle_s_for(t1), plan.idle_s_for(t2)) == (60, 120)
 
 
 def test_minimal_plan_defaults() -> None:
@@ -141,6 +174,14 @@ def test_minimal_plan_defaults() -> None:
     assert plan.settle_ticks == 2
     assert plan.concurrency == {}
     assert plan.capsule is None
+    assert (plan.max_in_flight, plan.max_attempts, plan.idle_s, plan.lifetime_s) == (
+        4,
+        1,
+        None,
+        1800,
+    )
+    assert (plan.seal_every_records, plan.seal_every_s) == (1000, 60)
+    assert plan.budget == Limits() and plan.role_budgets == {}
     capsule = parse_plan({"plan": {"name": "p"}, "capsule": {"goal": "g"}}).capsule
     assert capsule == CapsuleSpec(goal="g")
 
@@ -194,6 +235,10 @@ def _chain(*steps: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]
 
 
 LONG_ID = "a" * 65
+PLAN_KEYS = (
+    "name, max_batch, settle_ticks, concurrency, max_in_flight, max_attempts, idle_s, "
+    "lifetime_s, seal_every_records, seal_every_s, budget)"
+)
 # (case id, mutation, exact error message, whether the JSON Schema can see the problem)
 CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
     # unknown keys, anywhere
@@ -206,7 +251,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
     (
         "unknown-plan",
         _set("plan.nmae", "x"),
-        "plan.nmae: unknown key (allowed: name, max_batch, settle_ticks, concurrency)",
+        "plan.nmae: unknown key (allowed: " + PLAN_KEYS,
         True,
     ),
     (
@@ -219,7 +264,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
         "unknown-task",
         _set("task.0.promt", "x"),
         "task[0].promt: unknown key (allowed: id, role, prompt, priority, adapter, scope, "
-        "depends, tools, timeout_s, model, gates, edits)",
+        "depends, tools, timeout_s, model, gates, edits, budget, max_attempts, idle_s)",
         True,
     ),
     (
@@ -237,7 +282,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
     (
         "unknown-quoted",
         _set("plan.a b", 1),
-        'plan."a b": unknown key (allowed: name, max_batch, settle_ticks, concurrency)',
+        'plan."a b": unknown key (allowed: ' + PLAN_KEYS,
         True,
     ),
     # required keys and types
@@ -573,6 +618,156 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
         "plan.concurrency: must be a table, got integer",
         True,
     ),
+    # issue 11: in-flight limit, attempts, idle and lifetime limits, sealing, budgets
+    *[
+        (
+            f"{key}-range-{value}",
+            _set(f"plan.{key}", value),
+            f"plan.{key}: must be between {low} and {high}, got {value}",
+            True,
+        )
+        for key, low, high in [
+            ("max_in_flight", 1, 256),
+            ("max_attempts", 1, 10),
+            ("idle_s", 1, 1800),
+            ("lifetime_s", 1, 1800),
+            ("seal_every_records", 1, 10**7),
+            ("seal_every_s", 1, 86400),
+        ]
+        for value in (low - 1, high + 1)
+    ],
+    (
+        "max-in-flight-bool",
+        _set("plan.max_in_flight", True),
+        "plan.max_in_flight: must be an integer, got boolean",
+        True,
+    ),
+    (
+        "idle-float",
+        _set("plan.idle_s", 1.5),
+        "plan.idle_s: must be an integer, got float",
+        True,
+    ),
+    (
+        "task-max-attempts-range",
+        _set("task.0.max_attempts", 11),
+        "task[0].max_attempts: must be between 1 and 10, got 11",
+        True,
+    ),
+    (
+        "task-idle-range",
+        _set("task.1.idle_s", 0),
+        "task[1].idle_s: must be between 1 and 1800, got 0",
+        True,
+    ),
+    (
+        "budget-unknown-key",
+        _set("plan.budget.tokens_max", 3),
+        "plan.budget.tokens_max: unknown key (allowed: wall_s, tokens, cost_usd, role)",
+        True,
+    ),
+    (
+        "task-budget-unknown-key",
+        _set("task.0.budget", {"role": {}}),
+        "task[0].budget.role: unknown key (allowed: wall_s, tokens, cost_usd)",
+        True,
+    ),
+    (
+        "role-budget-unknown-key",
+        _set("plan.budget.role.coder", {"wall_ms": 5}),
+        "plan.budget.role.coder.wall_ms: unknown key (allowed: wall_s, tokens, cost_usd)",
+        True,
+    ),
+    (
+        "budget-not-table",
+        _set("plan.budget", 5),
+        "plan.budget: must be a table, got integer",
+        True,
+    ),
+    (
+        "task-budget-not-table",
+        _set("task.1.budget", "lots"),
+        "task[1].budget: must be a table, got string",
+        True,
+    ),
+    (
+        "role-budgets-not-table",
+        _set("plan.budget.role", 1),
+        "plan.budget.role: must be a table of [plan.budget.role.ROLE] tables, got integer",
+        True,
+    ),
+    (
+        "role-budget-unknown-role",
+        _set("plan.budget.role.auditor", {"tokens": 5}),
+        "plan.budget.role.auditor: no task has role 'auditor'",
+        False,
+    ),
+    (
+        "role-budget-bad-name",
+        _set("plan.budget.role", {"-x": {"tokens": 5}}),
+        "plan.budget.role.-x: '-x' is not a valid role name",
+        True,
+    ),
+    (
+        "budget-wall-zero",
+        _set("plan.budget.wall_s", 0),
+        "plan.budget.wall_s: must be between 1 and 10000000, got 0",
+        True,
+    ),
+    (
+        "budget-wall-float",
+        _set("task.0.budget.wall_s", 1.5),
+        "task[0].budget.wall_s: must be an integer, got float",
+        True,
+    ),
+    (
+        "budget-tokens-huge",
+        _set("plan.budget.tokens", 2**53),
+        f"plan.budget.tokens: must be between 1 and {2**53 - 1}, got {2**53}",
+        True,
+    ),
+    (
+        "budget-cost-seven-decimals",
+        _set("plan.budget.cost_usd", 0.0000015),
+        "plan.budget.cost_usd: 1.5e-06 has more than 6 decimals (whole micro-dollars only)",
+        False,
+    ),
+    (
+        "budget-cost-zero",
+        _set("task.0.budget.cost_usd", 0),
+        "task[0].budget.cost_usd: must be between 0.000001 and 1000000, got 0",
+        True,
+    ),
+    (
+        "budget-cost-negative",
+        _set("plan.budget.cost_usd", -1.0),
+        "plan.budget.cost_usd: must be between 0.000001 and 1000000, got -1.0",
+        True,
+    ),
+    (
+        "budget-cost-too-much",
+        _set("plan.budget.cost_usd", 1_000_000.5),
+        "plan.budget.cost_usd: must be between 0.000001 and 1000000, got 1000000.5",
+        True,
+    ),
+    (
+        "budget-cost-inf",
+        _set("plan.budget.cost_usd", float("inf")),
+        "plan.budget.cost_usd: must be between 0.000001 and 1000000, got inf",
+        False,
+    ),
+    (
+        "budget-cost-string",
+        _set("plan.budget.cost_usd", "12.50"),
+        "plan.budget.cost_usd: must be a number of US dollars, got string",
+        True,
+    ),
+    (
+        "budget-cost-bool",
+        _set("plan.budget.role.coder.cost_usd", True),
+        "plan.budget.role.coder.cost_usd: must be a number of US dollars, got boolean",
+        True,
+    ),
     # capsule
     (
         "capsule-action",
@@ -713,6 +908,68 @@ def test_parse_does_not_mutate_its_input() -> None:
     before = copy.deepcopy(doc)
     parse_plan(doc)
     assert doc == before
+
+
+def _budget_toml(cost: str) -> str:
+    return f'[plan]\nname = "p"\n[plan.budget]\ncost_usd = {cost}\n'
+
+
+@pytest.mark.parametrize(
+    ("cost", "micros"),
+    [
+        ("0.1", 100_000),
+        ("0.3", 300_000),
+        ("12.345678", 12_345_678),
+        ("1.2500000000", 1_250_000),
+        ("1e-6", 1),
+        ("7", 7_000_000),
+        ("1_000_000.0", 10**12),
+    ],
+)
+def test_cost_is_read_as_an_exact_decimal(tmp_path: Path, cost: str, micros: int) -> None:
+    """TOML floats are decoded as decimals: 0.1 + 0.2 style binary drift cannot creep in, and
+    a value is a whole number of micro-dollars or an error (trailing zeros are the same value)."""
+    path = tmp_path / "plan.toml"
+    path.write_text(_budget_toml(cost))
+    assert load_plan(path).budget == Limits(cost_micros=micros)
+
+
+@pytest.mark.parametrize("cost", ["0.0000001", "12.3456789", "1e-7", "nan", "inf", "-0.5", "0"])
+def test_cost_that_is_not_whole_micro_dollars_is_refused(tmp_path: Path, cost: str) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(_budget_toml(cost))
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    assert info.value.key == "plan.budget.cost_usd", str(info.value)
+
+
+def test_timeouts_still_accept_toml_floats(tmp_path: Path) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN_TOML)
+    t2 = load_plan(path).tasks[1]
+    assert t2.timeout_s == 2.5 and isinstance(t2.timeout_s, float)
+
+
+def test_plan_document_carries_the_issue_11_fields() -> None:
+    """The verifier reads limits from the plan member: every new field is in it, in record
+    units (integers only; seconds become milliseconds, an unset idle limit is null)."""
+    doc = plan_document(parse_plan(base()))
+    assert doc["max_in_flight"] == 8 and doc["max_attempts"] == 2
+    assert doc["idle_ms"] == 120_000 and doc["lifetime_ms"] == 900_000
+    assert doc["seal_every_records"] == 500 and doc["seal_every_ms"] == 30_000
+    assert doc["budget"] == {"wall_ms": 3_600_000, "tokens": 2_000_000, "cost_micros": 12_500_000}
+    assert doc["role_budgets"] == {
+        "coder": {"wall_ms": None, "tokens": None, "cost_micros": 1},
+        "tester": {"wall_ms": None, "tokens": 300_000, "cost_micros": None},
+    }
+    t1, t2 = doc["tasks"]
+    assert t1["budget"] == {"wall_ms": 600_000, "tokens": 100_000, "cost_micros": 1_250_000}
+    assert (t1["max_attempts"], t1["idle_ms"]) == (3, 60_000)
+    assert t2["budget"] == {"wall_ms": None, "tokens": None, "cost_micros": None}
+    assert (t2["max_attempts"], t2["idle_ms"]) == (None, None)
+    assert "idle_s" not in doc and "idle_s" not in t2
+    minimal = plan_document(parse_plan({"plan": {"name": "p"}}))
+    assert minimal["idle_ms"] is None and minimal["lifetime_ms"] == 1_800_000
 
 
 def _toml_blocks(text: str) -> list[str]:
