@@ -1,0 +1,169 @@
+"""The Ray executor: each batch's agent phase as a Ray task on a cluster (issue 11 §8).
+
+The coordinator keeps everything that makes evidence: spawn and exit records, lineage, gates,
+merges, stores and keys never leave it. What it ships is an :class:`~.unit.AgentUnit` (a git
+bundle of the base, the argv, the scratch files, the sandbox settings); what comes back is a
+:class:`~.unit.UnitResult` (exit facts, transcript, the branch as a bundle, the worker's
+sandbox profile), which the coordinator checks (``gitbundle.apply_branch_bundle``) before
+anything of it is recorded.
+
+Polling, never blocking: :meth:`RayHandle.step` asks ``ray.wait`` with a timeout, so the
+single-threaded tick loop can keep N batches in flight on the cluster as it does local
+processes.
+
+Failures: a lost worker, a dead node, an object that cannot be fetched, any
+``ray.exceptions.RayError`` is an outcome with anomaly ``crash`` (the loop restarts the
+batch as a new, recorded attempt). Ray's own retries are off (``max_retries=0``): a retried
+task would run an agent a second time without a record of the first.
+
+Per-role limits across the cluster: a unit asks for one unit of the custom resource
+``harness_role_<role>`` (:func:`role_resources`), and each node declares as capacity the
+role's concurrency on that node, e.g. ``ray start ... --resources='{"harness_role_coder": 8}'``;
+Ray queues a task until a node has a free unit. The task asks for no CPU (``num_cpus=0`` by
+default): an agent mostly waits on its model, and the role resource is the limit.
+
+``import ray`` happens only inside this module's functions: the verifier, the runtime and
+``harness.orchestrate`` import and run without Ray installed (the ``ray`` extra).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import ProcResult
+from .unit import AgentUnit, UnitResult, run_unit_in_tempdir
+
+__all__ = ["Outcome", "RayExecutor", "RayHandle", "role_resources"]
+
+NAMESPACE = "harness"
+_ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a supervised agent ended. A local copy of the fields of
+    ``harness.orchestrate.supervise.process.Outcome`` (helper H1), until that class exists."""
+
+    result: ProcResult
+    anomaly: str | None
+    """None, or one of timeout, hung, lifetime, budget, stop, crash."""
+    idle_ms: int
+
+
+def role_resources(role: str) -> dict[str, float]:
+    """The custom resource a unit of ``role`` asks for: ``{"harness_role_<role>": 1}``."""
+    if not _ROLE.match(role):
+        raise ValueError(f"role {role!r}: not a valid Ray resource suffix ([a-z][a-z0-9_-]*)")
+    return {f"harness_role_{role}": 1.0}
+
+
+def _crash_result(why: str, started: float) -> ProcResult:
+    return ProcResult(
+        exit_code=None,
+        signal=None,
+        timed_out=False,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        stdout=b"",
+        stderr=f"ray executor: {why}\n".encode("utf-8", "replace"),
+    )
+
+
+class RayHandle:
+    """One submitted unit, polled by the tick loop."""
+
+    identity: None = None
+    """No local pid/pgid: the process runs on a worker; orphan reaping is the worker's."""
+
+    def __init__(self, ref: Any, unit: AgentUnit) -> None:
+        self._ref = ref
+        self.unit = unit
+        self._started = time.monotonic()
+        self._killed: str | None = None
+        self._outcome: Outcome | None = None
+        self.unit_result: UnitResult | None = None
+        """The worker's full result (tip, branch bundle, profile) once done without a crash."""
+
+    @property
+    def done(self) -> bool:
+        return self._outcome is not None
+
+    def step(self, wait_s: float) -> Outcome | None:
+        """Wait up to ``wait_s`` seconds for the unit; its outcome once finished, else None."""
+        if self._outcome is not None:
+            return self._outcome
+        import ray
+
+        ready, _ = ray.wait([self._ref], timeout=max(0.0, wait_s))
+        if not ready:
+            return None
+        try:
+            value = ray.get(self._ref)
+        except ray.exceptions.TaskCancelledError as exc:
+            self._outcome = Outcome(
+                _crash_result(f"cancelled ({self._killed or 'by ray'}): {exc}", self._started),
+                self._killed or "crash",
+                0,
+            )
+        except ray.exceptions.RayError as exc:
+            # Worker or node lost, object lost, the task raised (a bad base bundle, git
+            # failing on the worker): all restart the batch.
+            anomaly = self._killed or "crash"
+            why = f"{type(exc).__name__}: {str(exc)[:2000]}"
+            self._outcome = Outcome(_crash_result(why, self._started), anomaly, 0)
+        else:
+            if not isinstance(value, UnitResult):
+                why = f"task returned {type(value).__name__}, not UnitResult"
+                self._outcome = Outcome(_crash_result(why, self._started), "crash", 0)
+            else:
+                self.unit_result = value
+                anomaly = self._killed or ("timeout" if value.result.timed_out else None)
+                self._outcome = Outcome(value.result, anomaly, 0)
+        return self._outcome
+
+    def kill(self, why: str) -> None:
+        """Force-cancel the task (its worker process is killed); the next :meth:`step`
+        reports ``why`` as the anomaly. A unit that already finished keeps its outcome."""
+        if self._outcome is not None or self._killed is not None:
+            return
+        import ray
+
+        self._killed = why
+        ray.cancel(self._ref, force=True)
+
+
+class RayExecutor:
+    """Submits units to the Ray cluster at ``address`` (``host:port`` of its GCS)."""
+
+    def __init__(self, address: str, *, num_cpus: float = 0.0) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self._remote: Any = None
+
+    def connect(self) -> None:
+        """Join the cluster as a driver (no local Ray is started)."""
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False)
+        self._remote = ray.remote(run_unit_in_tempdir).options(
+            max_retries=0, retry_exceptions=False, num_cpus=self.num_cpus
+        )
+
+    def submit(self, unit: AgentUnit, resources: Mapping[str, float]) -> RayHandle:
+        """Queue ``unit`` on the cluster with ``resources`` (see :func:`role_resources`)."""
+        if self._remote is None:
+            raise RuntimeError("RayExecutor.submit before connect()")
+        ref = self._remote.options(resources=dict(resources)).remote(unit)
+        return RayHandle(ref, unit)
+
+    def close(self) -> None:
+        """Leave the cluster (the cluster itself keeps running)."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        self._remote = None

@@ -1,0 +1,165 @@
+"""One batch's agent phase as a self-contained value, and the blocking function that runs it.
+
+An :class:`AgentUnit` is what a remote worker needs to do what ``runner.batch`` does locally
+between "spawn recorded" and "agent exited": a clone of the base, the branch, the scratch files,
+the sandboxed agent process, the final commit. It is *path-independent* (nothing in it names a
+folder of the coordinator) and picklable (plain data), so it can be shipped to any machine
+that has this package, git and, unless opted out, bubblewrap.
+
+Paths the agent needs on its command line are written as placeholders that the worker fills
+in with its own folders: ``{io}`` (the batch's io folder, holding the scratch files) and
+``{tree}`` (the worktree). Every argv element has each placeholder replaced (``str.replace``),
+so an argument that literally contains ``{io}`` cannot be passed.
+
+:func:`run_unit` never touches evidence: it has no store, no key and no state folder, and the
+coordinator keeps writing every record (DESIGN §7). It rebuilds the sandbox with the same
+:class:`~harness.orchestrate.sandbox.Sandbox` API the local runner uses, for the worker's own
+folders; what the worker hides is the worker user's home (the worker has no state folder or
+keys to hide). The environment is the allow-list again (``sandbox_env``): ``unit.env`` plays
+the host environment, and names beyond the base list reach the agent only with network egress,
+exactly as locally.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .. import git
+from ..model import ProcResult
+from ..proc import run_process
+from ..sandbox import BASE_NAMES, BatchDirs, Sandbox, Settings, support_for
+from ..sandbox.policy import argv_files
+from .gitbundle import branch_bundle, unpack_base
+
+__all__ = ["AgentUnit", "UnitResult", "run_unit", "run_unit_in_tempdir"]
+
+IO_PLACEHOLDER = "{io}"
+TREE_PLACEHOLDER = "{tree}"
+
+
+@dataclass(frozen=True)
+class AgentUnit:
+    """Everything one batch's agent phase needs, as plain data (see the module docstring)."""
+
+    batch: str
+    base: str
+    """The base commit id; ``base_bundle`` must carry it as ``refs/heads/harness-base``."""
+    branch: str
+    """The batch branch, created at ``base`` on the worker and brought back as a bundle."""
+    base_bundle: bytes
+    argv: tuple[str, ...]
+    """Program and arguments, run with the worktree as working directory; ``{io}`` and
+    ``{tree}`` are replaced with the worker's folders."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Values the agent may get (the allow-list applies; HOME and TMPDIR are the worker's)."""
+    stdin: bytes | None = None
+    scratch: Mapping[str, bytes] = field(default_factory=dict)
+    """Files written into the io folder before the agent starts: relative name -> content."""
+    wall_s: float = 600.0
+    idle_s: float | None = None
+    """The idle limit; carried for the supervisor, not enforced by :func:`run_unit` yet."""
+    grace_s: float = 2.0
+    settings: Settings = field(default_factory=Settings)
+    network: bool = False
+    programs: tuple[str, ...] = ()
+    """Further executables the sandbox must expose (``argv[0]`` always is)."""
+    message: str = ""
+    """The message of the commit that takes the agent's changes (default: the batch id)."""
+    git_date: str | None = None
+    """The commit date (the run's logical clock), so a worker commits the ids a local run would."""
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError(f"unit {self.batch}: empty argv")
+        for name in self.scratch:
+            _scratch_path(name)  # raises on an unsafe name
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What comes back: exit facts and transcript, the tip, the branch bundle, the profile."""
+
+    result: ProcResult
+    tip: str
+    """The branch tip after the final commit (the base when nothing changed)."""
+    branch_bundle: bytes | None
+    """``refs/heads/<branch>`` minus the base's history; None when the tip is the base."""
+    sandbox_profile: dict[str, Any]
+    """The worker's effective profile (``Profile.to_json()``), for the coordinator to record."""
+
+
+def _scratch_path(name: str) -> PurePosixPath:
+    path = PurePosixPath(name)
+    if not name or path.is_absolute() or ".." in path.parts or str(path) != name or "\0" in name:
+        raise ValueError(f"scratch file name {name!r} is not a plain relative path")
+    return path
+
+
+def _fill(arg: str, dirs: BatchDirs) -> str:
+    return arg.replace(IO_PLACEHOLDER, str(dirs.io)).replace(TREE_PLACEHOLDER, str(dirs.tree))
+
+
+def run_unit(unit: AgentUnit, workdir: Path) -> UnitResult:
+    """Run ``unit`` in ``workdir`` (an empty or missing folder of the worker); BLOCKING.
+
+    Clones the base bundle into ``workdir/repo.git`` (bare), checks the branch out at the base
+    in ``workdir/batch/tree``, writes the scratch files to ``workdir/batch/io``, runs the agent
+    sandboxed with :func:`~harness.orchestrate.proc.run_process` (wall-clock limit, grace,
+    group kill), commits everything (``git.commit_all``) and returns the result. Raises
+    ``GitError``/``BundleError`` for a bad base bundle (the caller reports it as a crash).
+    """
+    workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    repo = unpack_base(unit.base_bundle, workdir / "repo.git", unit.base)
+    dirs = BatchDirs(workdir / "batch")
+    dirs.create()
+    git.add_worktree(repo, dirs.tree, unit.branch, unit.base)
+    for name, content in sorted(unit.scratch.items()):
+        target = dirs.io / _scratch_path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    sandbox = Sandbox(
+        settings=unit.settings,
+        support=support_for(unit.settings),
+        hidden=(Path.home(),),
+        secret=(),
+        git_dir=repo,
+        host_env=dict(unit.env),
+    )
+    argv = [_fill(arg, dirs) for arg in unit.argv]
+    profile, env = sandbox.agent(
+        dirs,
+        programs=[argv[0], *unit.programs],
+        files=argv_files(argv),
+        network=unit.network,
+        adapter_env=sorted(set(unit.env) - set(BASE_NAMES)),
+    )
+    result = run_process(
+        sandbox.argv(profile, argv),
+        cwd=dirs.tree,
+        timeout_s=unit.wall_s,
+        grace_s=unit.grace_s,
+        env=env,
+        stdin=unit.stdin,
+        sandboxed=profile.kind == "bwrap",
+    )
+    git.commit_all(dirs.tree, unit.message or unit.batch, date=unit.git_date)
+    tip = git.head(dirs.tree)  # also covers commits the agent made itself
+    bundle = branch_bundle(repo, unit.branch, unit.base)
+    return UnitResult(result, tip, bundle, profile.to_json())
+
+
+def run_unit_in_tempdir(unit: AgentUnit) -> UnitResult:
+    """:func:`run_unit` in a fresh private temporary folder, removed afterwards: the body of
+    the Ray task (module level, so Ray ships it by reference, not by value)."""
+    root = Path(tempfile.mkdtemp(prefix="harness-unit-"))
+    try:
+        os.chmod(root, 0o700)
+        return run_unit(unit, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
