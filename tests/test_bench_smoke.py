@@ -28,6 +28,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["gate.py", "--size-mib", "1"],
         ["hostile.py", "--receipts", "20", "40"],
         ["policy.py", "--tasks", "60"],
+        ["sealing.py", "--records", "300", "--every", "50", "--rounds", "1"],
     ],
     ids=lambda args: args[0],
 )
