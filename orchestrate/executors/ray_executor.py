@@ -149,15 +149,18 @@ class RayExecutor:
 
         if not ray.is_initialized():
             ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False)
-        self._remote = ray.remote(run_unit_in_tempdir).options(
-            max_retries=0, retry_exceptions=False, num_cpus=self.num_cpus
-        )
+        self._remote = ray.remote(run_unit_in_tempdir)
 
     def submit(self, unit: AgentUnit, resources: Mapping[str, float]) -> RayHandle:
         """Queue ``unit`` on the cluster with ``resources`` (see :func:`role_resources`)."""
         if self._remote is None:
             raise RuntimeError("RayExecutor.submit before connect()")
-        ref = self._remote.options(resources=dict(resources)).remote(unit)
+        ref = self._remote.options(
+            max_retries=0,
+            retry_exceptions=False,
+            num_cpus=self.num_cpus,
+            resources=dict(resources),
+        ).remote(unit)
         return RayHandle(ref, unit)
 
     def close(self) -> None:

@@ -1,0 +1,303 @@
+"""The Ray executor against a real local Ray cluster that this module starts on 127.0.0.1
+(one head node: 2 CPUs, capacity 2 of ``harness_role_coder``) and stops at the end.
+
+The cluster is stopped by process id, never with ``ray stop`` (which kills every Ray process
+of the user, other people's clusters included): ``ray start`` runs in a new session, every
+process of the cluster (GCS, raylet, workers, agents) inherits that session, and the fixture
+ends exactly the members of that session (plus, as a net, any process naming the cluster's
+unique temporary folder), then checks that none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+
+from harness.orchestrate import git
+from harness.orchestrate.executors.gitbundle import (
+    BundleError,
+    apply_branch_bundle,
+    base_bundle,
+)
+from harness.orchestrate.executors.ray_executor import (
+    Outcome,
+    RayExecutor,
+    RayHandle,
+    role_resources,
+)
+from harness.orchestrate.executors.unit import AgentUnit
+from harness.orchestrate.sandbox import Settings, probe
+
+DATE = "2024-01-02T03:04:05+00:00"
+BWRAP = probe("bwrap").available
+CODER = role_resources("coder")
+START_TIMEOUT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _members(session: int, marker: str) -> list[int]:
+    """Live processes of the cluster: in ``session``, or naming ``marker`` on their cmdline."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[-1].split()
+        if fields[0] in (b"Z", b"X"):
+            continue
+        if int(fields[3]) == session or marker.encode() in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def _stop_cluster(session: int, marker: str) -> list[int]:
+    """SIGTERM, 1 s, SIGKILL for what is left; returns the pids still alive after that.
+
+    (gcs_server and raylet do not exit on SIGTERM within seconds; nothing of the cluster
+    needs to be saved, so the grace is short.)"""
+    for sig, wait_s in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        for pid in _members(session, marker):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        end = time.monotonic() + wait_s
+        while _members(session, marker) and time.monotonic() < end:
+            time.sleep(0.1)
+    return _members(session, marker)
+
+
+class Cluster:
+    def __init__(self, executor: RayExecutor, temp: Path) -> None:
+        self.executor = executor
+        self.temp = temp
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    temp = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))  # short: Ray's socket paths
+    port = _free_port()
+    resources = json.dumps({"harness_role_coder": 2})
+    argv = [
+        str(Path(sys.executable).parent / "ray"), "start", "--head",
+        "--node-ip-address=127.0.0.1", f"--port={port}", "--include-dashboard=false",
+        "--num-cpus=2", f"--resources={resources}", f"--temp-dir={temp}",
+        "--disable-usage-stats",
+    ]  # fmt: skip
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    session = proc.pid
+    executor = RayExecutor(f"127.0.0.1:{port}")
+    try:
+        try:
+            out, _ = proc.communicate(timeout=START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"ray start did not finish in {START_TIMEOUT_S} s")
+        assert proc.returncode == 0, out.decode(errors="replace")[-3000:]
+        executor.connect()
+        yield Cluster(executor, temp)
+    finally:
+        executor.close()
+        left = _stop_cluster(session, str(temp))
+        shutil.rmtree(temp, ignore_errors=True)
+        assert left == [], f"Ray processes left behind: {left}"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "coord"
+    git.init_repo(path, date=DATE)
+    (path / "README.md").write_text("hello\n")
+    git.commit_all(path, "readme", date=DATE)
+    return path
+
+
+def _unit(
+    repo: Path, batch: str, code: str, *, args: tuple[str, ...] = (), **kw: object
+) -> AgentUnit:
+    base = git.head(repo)
+    fields: dict[str, object] = {
+        "batch": batch,
+        "base": base,
+        "branch": f"harness/run1/{batch}",
+        "base_bundle": base_bundle(repo, base),
+        "argv": (sys.executable, "{io}/agent.py", *args),
+        "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        "scratch": {"agent.py": code.encode(), "prompt.txt": f"prompt of {batch}".encode()},
+        "wall_s": 60.0,
+        "grace_s": 0.5,
+        "settings": Settings(opt_out=not BWRAP),
+        "message": f"{batch}: t1",
+        "git_date": DATE,
+    }
+    fields.update(kw)
+    return AgentUnit(**fields)  # type: ignore[arg-type]
+
+
+def _wait(handle: RayHandle, limit_s: float = 60.0) -> Outcome:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        outcome = handle.step(0.2)
+        if outcome is not None:
+            assert handle.done
+            return outcome
+    raise AssertionError(f"unit {handle.unit.batch} did not finish in {limit_s} s")
+
+
+WRITER = r"""
+import sys
+from pathlib import Path
+Path("out.txt").write_text(Path(sys.argv[1]).read_text() + " -> done\n")
+print("wrote out.txt")
+print("to stderr", file=sys.stderr)
+sys.exit(5)
+"""
+
+
+def test_unit_comes_back_as_a_branch_with_the_expected_tip(
+    cluster: Cluster, repo: Path, tmp_path: Path
+) -> None:
+    unit = _unit(repo, "b1", WRITER, args=("{io}/prompt.txt",))
+    handle = cluster.executor.submit(unit, CODER)
+    assert handle.identity is None
+    outcome = _wait(handle)
+    # Exit facts and transcript come back as the worker saw them.
+    assert outcome.anomaly is None
+    assert (outcome.result.exit_code, outcome.result.signal, outcome.result.timed_out) == (
+        5, None, False,
+    )  # fmt: skip
+    assert outcome.result.stdout == b"wrote out.txt\n"
+    assert outcome.result.stderr == b"to stderr\n"
+    result = handle.unit_result
+    assert result is not None and result.branch_bundle is not None
+    assert result.sandbox_profile["kind"] == ("bwrap" if BWRAP else "none")
+    # The tip is the commit a local run would make of the same change.
+    local = tmp_path / "local"
+    git.add_worktree(repo, local, "local", unit.base)
+    (local / "out.txt").write_text("prompt of b1 -> done\n")
+    expected = git.commit_all(local, "b1: t1", date=DATE)
+    tip = apply_branch_bundle(
+        repo, result.branch_bundle, branch=unit.branch, base=unit.base, tip=result.tip
+    )
+    assert tip == result.tip == expected == git.head(repo, f"refs/heads/{unit.branch}")
+
+
+PID_REPORTER = r"""
+import os, sys, time
+parent = os.getppid()  # the Ray worker running the unit (no sandbox: opted out)
+with open(sys.argv[1] + ".tmp", "w") as fh:
+    fh.write(str(parent))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+end = time.monotonic() + 30
+while os.getppid() == parent and time.monotonic() < end:  # leave with the worker
+    time.sleep(0.05)
+"""
+
+
+def test_a_worker_killed_mid_task_is_a_crash(cluster: Cluster, repo: Path, tmp_path: Path) -> None:
+    pid_file = tmp_path / "worker.pid"
+    unit = _unit(repo, "b2", PID_REPORTER, args=(str(pid_file),), settings=Settings(opt_out=True))
+    handle = cluster.executor.submit(unit, CODER)
+    end = time.monotonic() + 60
+    while not pid_file.exists():
+        assert handle.step(0.1) is None, "the unit ended before it was killed"
+        assert time.monotonic() < end, "the agent never reported its worker"
+    worker = int(pid_file.read_text())
+    assert b"ray" in Path(f"/proc/{worker}/cmdline").read_bytes().lower()
+    os.kill(worker, signal.SIGKILL)
+    outcome = _wait(handle)
+    assert outcome.anomaly == "crash"
+    assert outcome.result.exit_code is None and not outcome.result.timed_out
+    assert b"ray executor:" in outcome.result.stderr
+    assert handle.unit_result is None
+
+
+SLEEPER = r"""
+import sys, time
+print("start", time.time_ns(), flush=True)
+time.sleep(float(sys.argv[1]))
+print("end", time.time_ns())
+"""
+
+
+def test_role_capacity_limits_how_many_run_at_once(cluster: Cluster, repo: Path) -> None:
+    """Capacity 2 of harness_role_coder: two units overlap in time, a third waits."""
+    handles = [
+        cluster.executor.submit(_unit(repo, f"c{i}", SLEEPER, args=("2",)), CODER) for i in range(3)
+    ]
+    spans = []
+    for handle in handles:
+        outcome = _wait(handle, 90)
+        assert outcome.anomaly is None and outcome.result.exit_code == 0, outcome.result.stderr
+        words = outcome.result.stdout.split()
+        spans.append((int(words[1]), int(words[3])))
+    events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    assert peak == 2, spans
+
+
+def test_kill_cancels_the_unit_and_reports_why(cluster: Cluster, repo: Path) -> None:
+    handle = cluster.executor.submit(_unit(repo, "k1", SLEEPER, args=("30",)), CODER)
+    assert handle.step(1.0) is None
+    handle.kill("stop")
+    outcome = _wait(handle, 30)
+    assert outcome.anomaly == "stop"
+    assert outcome.result.exit_code is None
+    handle.kill("stop")  # a finished handle ignores a second kill
+    assert handle.step(0) is outcome
+
+
+HOSTILE = r"""
+import os, subprocess
+# No sandbox (opted out): the agent rewrites its branch to history unrelated to the base.
+env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "x",
+       "GIT_AUTHOR_EMAIL": "x@x", "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x"}
+def run(*args):
+    return subprocess.run(["git", *args], env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+empty = run("hash-object", "-t", "tree", "-w", "--stdin")
+evil = run("commit-tree", empty, "-m", "evil root")
+run("update-ref", "HEAD", evil)
+open("evil.txt", "w").write("evil\n")
+"""
+
+
+def test_a_hostile_branch_bundle_is_refused(cluster: Cluster, repo: Path) -> None:
+    unit = _unit(repo, "h1", HOSTILE, settings=Settings(opt_out=True))
+    handle = cluster.executor.submit(unit, CODER)
+    outcome = _wait(handle)
+    assert outcome.result.exit_code == 0, outcome.result.stderr
+    result = handle.unit_result
+    assert result is not None and result.branch_bundle is not None
+    refs_before = sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*"))
+    with pytest.raises(BundleError, match="does not descend from the base"):
+        apply_branch_bundle(
+            repo, result.branch_bundle, branch=unit.branch, base=unit.base, tip=result.tip
+        )
+    assert not git.branch_exists(repo, unit.branch)
+    assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*")) == refs_before
