@@ -3,10 +3,13 @@
 Prints one JSON line. Run: ``python bench/scheduler.py --tasks 10000``.
 
 A seeded plan of ``--tasks`` tasks (5 roles with concurrency limits 4/3/2/1/1, two adapters
-per role, priorities 0..99, each task depending on 0..3 tasks among the 200 before it) starts
-all PLANNED. Each tick: ``promotions`` (applied), then ``choose_batches`` with nothing in
-flight; every batched task then completes instantly (DONE). The loop runs until every task is
-batched. ``decisions_per_s`` = tasks placed into batches / seconds spent inside
+per role, priorities 0..99, each task depending on 0..3 tasks among the 200 before it, each
+scoped to ``src/m<k>/**`` for one of ``--modules`` modules, or to ``**`` with ``--modules 0``)
+starts all PLANNED. Write locks apply: batches chosen in one call have disjoint scopes, so with
+``--modules 0`` every call yields one batch (a plan of ``**`` scopes cannot run in parallel).
+Each tick: ``promotions`` (applied), then ``choose_batches`` with nothing in flight; every
+batched task then completes instantly (DONE). The loop runs until every task is batched.
+``decisions_per_s`` = tasks placed into batches / seconds spent inside
 ``promotions`` + ``choose_batches`` with the snapshot kept as a ``TaskTable`` (what the
 runtime uses); ``set_state_s`` is the time spent applying transitions to it (not counted).
 ``list_decisions_per_s`` repeats the run with a plain list snapshot (O(n) per call), and the
@@ -31,7 +34,7 @@ ADAPTERS = ("scripted", "claude")
 TARGET_PER_S = 10_000
 
 
-def make_plan(count: int, seed: int) -> Plan:
+def make_plan(count: int, seed: int, modules: int = 64) -> Plan:
     rng = random.Random(seed)
     roles = list(ROLES)
     tasks = []
@@ -46,6 +49,7 @@ def make_plan(count: int, seed: int) -> Plan:
                 priority=rng.randrange(100),
                 adapter=rng.choice(ADAPTERS),
                 depends=tuple(f"t{d}" for d in sorted(deps)),
+                scope=(f"src/m{rng.randrange(modules)}/**",) if modules else ("**",),
                 order=i,
             )
         )
@@ -106,6 +110,7 @@ def run(plan: Plan, *, with_list: bool) -> dict[str, object]:
     out: dict[str, object] = {
         "bench": "scheduler",
         "tasks": len(plan.tasks),
+        "modules": len({spec.scope for spec in plan.tasks}),
         "ticks": table["ticks"],
         "batches": table["batches"],
         "decisions_per_s": round(table["decisions_per_s"]),
@@ -128,11 +133,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--modules", type=int, default=64, help="0: every scope is **")
     parser.add_argument(
         "--no-list", action="store_true", help="skip the plain-list snapshot comparison run"
     )
     args = parser.parse_args()
-    print(json.dumps(run(make_plan(args.tasks, args.seed), with_list=not args.no_list)))
+    plan = make_plan(args.tasks, args.seed, args.modules)
+    print(json.dumps(run(plan, with_list=not args.no_list)))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ DESIGN §9); this module finds the ready tasks and applies promotions.
   counts those already running, so a role at its limit gets no new batch this tick.
 * Batch ids are ``b{n:04d}`` for n = ``next_batch_number``, ``next_batch_number + 1``, ... in
   the order the batches were opened (``b9999``, then ``b10000``).
+* Write locks: a task whose scope intersects ``held`` (the locks of batches in flight) or the
+  lock of a batch already chosen in this call, other than the one it joins, waits (OPEN).
 
 Snapshots. Any ``Sequence[TaskView]`` works; each call then costs O(n log n) in the snapshot
 size plus O(dependencies), with every dependency lookup through a dict built once per call.
@@ -187,9 +189,14 @@ def choose_batches(
     in_flight: Mapping[str, int],
     plan: Plan,
     next_batch_number: int,
+    held: Sequence[Sequence[str]] = (),
 ) -> list[Batch]:
     """The batches to start now: the ready tasks of the snapshot, ordered and grouped by the
-    rule ``harness.verify.rules.schedule.choose_batches``; [] when nothing can start."""
+    rule ``harness.verify.rules.schedule.choose_batches``; [] when nothing can start.
+
+    ``held`` is the write lock (glob list, ``agent.spawn.lock``) of each batch in flight: a
+    task whose scope intersects one waits, and the batches returned have pairwise disjoint
+    locks (each batch's lock is ``harness.verify.rules.locks.lock_of`` of its tasks' scopes)."""
     max_batch = plan.max_batch
     if not 1 <= max_batch <= 3:
         raise ValueError(f"plan.max_batch must be 1..3, got {max_batch}")
@@ -202,6 +209,7 @@ def choose_batches(
         limits=plan.concurrency,
         in_flight=in_flight,
         next_batch_number=next_batch_number,
+        held=held,
     )
     return [Batch(id=c.id, role=c.role, adapter=c.adapter, tasks=c.tasks) for c in chosen]
 

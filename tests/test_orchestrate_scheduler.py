@@ -17,6 +17,8 @@ from harness.orchestrate.scheduler import (
     promotions,
 )
 from harness.verify.fsm import TaskState, is_legal
+from harness.verify.rules import schedule
+from harness.verify.rules.locks import lock_of, scopes_intersect
 
 S = TaskState
 
@@ -29,13 +31,16 @@ def spec(
     priority: int = 0,
     depends: Sequence[str] = (),
     order: int | None = None,
+    scope: Sequence[str] | None = None,
 ) -> TaskSpec:
+    """A task; its scope defaults to a folder of its own, so write locks never hold it up."""
     return TaskSpec(
         id=task_id,
         role=role,
         prompt="p",
         priority=priority,
         adapter=adapter,
+        scope=(f"{task_id}/**",) if scope is None else tuple(scope),
         depends=tuple(depends),
         order=int(task_id.lstrip("t")) if order is None else order,
     )
@@ -61,9 +66,12 @@ def choose(
     plan: Plan,
     in_flight: dict[str, int] | None = None,
     start: int = 1,
+    held: Sequence[Sequence[str]] = (),
 ) -> list[Batch]:
     results = [
-        choose_batches(snap, in_flight=in_flight or {}, plan=plan, next_batch_number=start)
+        choose_batches(
+            snap, in_flight=in_flight or {}, plan=plan, next_batch_number=start, held=held
+        )
         for snap in both(tasks)
     ]
     assert results[0] == results[1]
@@ -324,11 +332,86 @@ def test_task_table_refuses_duplicate_ids() -> None:
         TaskTable(views((spec("t0"), S.PLANNED), (spec("t0"), S.OPEN)))
 
 
+# --- write locks -----------------------------------------------------------------------------
+
+
+def test_a_task_overlapping_a_held_lock_waits_and_takes_no_room() -> None:
+    tasks = views(
+        (spec("t0", priority=9, scope=["src/**"]), S.OPEN),
+        (spec("t1", scope=["docs/a.md"]), S.OPEN),
+        (spec("t2", role="tester", scope=["src/x/*.py"]), S.OPEN),
+    )
+    plan = plan_of(max_batch=1, concurrency={"coder": 1, "tester": 1})
+    # without locks held: t0 takes the coder slot, t2 (tester) meets t0's src/** and waits
+    assert [b.tasks for b in choose(tasks, plan)] == [("t0",)]
+    # t0 (src/**) and t2 (src/x/*.py) both meet src/x/a.py; t1 gets the coder's only slot
+    batches = choose(tasks, plan, held=[["lib/**", "src/x/a.py"]])
+    assert [(b.id, b.tasks) for b in batches] == [("b0001", ("t1",))]
+    # each held lock counts: t0 meets src/y/**, t1 meets docs/**, so only t2 starts
+    assert [b.tasks for b in choose(tasks, plan, held=[["src/y/**"], ["docs/**"]])] == [("t2",)]
+    # a lock that meets nothing ready holds nobody up
+    assert [b.tasks for b in choose(tasks, plan, held=[["lib/**"]])] == [("t0",)]
+
+
+def test_batches_of_one_call_never_overlap_but_tasks_of_one_batch_may() -> None:
+    tasks = views(
+        (spec("t0", priority=5, scope=["src/**"]), S.OPEN),
+        (spec("t1", priority=4, scope=["src/a.py"]), S.OPEN),  # joins t0's batch: overlap ok
+        (spec("t2", priority=3, role="tester", scope=["src/b.py"]), S.OPEN),  # meets b0001
+        (spec("t3", priority=2, role="tester", scope=["tests/**"]), S.OPEN),
+        (spec("t4", priority=1, adapter="claude", scope=["docs/*.md"]), S.OPEN),
+    )
+    plan = plan_of(max_batch=3, concurrency={"coder": 2, "tester": 1})
+    batches = choose(tasks, plan)
+    assert [(b.id, b.role, b.adapter, b.tasks) for b in batches] == [
+        ("b0001", "coder", "scripted", ("t0", "t1")),
+        ("b0002", "tester", "scripted", ("t3",)),
+        ("b0003", "coder", "claude", ("t4",)),
+    ]
+
+
+def test_a_task_cannot_join_its_batch_across_another_batchs_lock() -> None:
+    tasks = views(
+        (spec("t0", priority=5, scope=["a/**"]), S.OPEN),
+        (spec("t1", priority=4, role="tester", scope=["b/**"]), S.OPEN),
+        (spec("t2", priority=3, scope=["a/x", "b/y"]), S.OPEN),  # would join b0001, meets b0002
+        (spec("t3", priority=2, scope=["a/z"]), S.OPEN),  # joins b0001 instead
+    )
+    plan = plan_of(max_batch=2, concurrency={"coder": 2, "tester": 1})
+    assert [b.tasks for b in choose(tasks, plan)] == [("t0", "t3"), ("t1",)]
+
+
+def test_rule_reports_each_batch_lock() -> None:
+    specs = [
+        spec("t0", priority=2, scope=["src/**", "b.md"]),
+        spec("t1", priority=1, scope=["a.md", "src/**"]),
+        spec("t2", role="tester", scope=["tests/test_*.py"]),
+    ]
+    chosen = schedule.choose_batches(
+        specs, max_batch=3, limits={"tester": 1}, in_flight={}, next_batch_number=1
+    )
+    assert [(c.tasks, c.lock) for c in chosen] == [
+        (("t0", "t1"), ("a.md", "b.md", "src/**")),
+        (("t2",), ("tests/test_*.py",)),
+    ]
+    assert lock_of(s.scope for s in specs[:2]) == chosen[0].lock
+
+
 # --- properties ------------------------------------------------------------------------------
 
 ROLES = ("coder", "tester", "docs")
 ADAPTERS = ("scripted", "claude")
 STATES = list(TaskState)
+SCOPES = (
+    None,  # a folder of the task's own
+    ("src/**",),
+    ("src/a/*.py",),
+    ("docs/**", "README.md"),
+    ("**/*.md",),
+    ("src/?/x.py", "tests/**"),
+    ("**",),
+)
+HELD = st.lists(st.sampled_from([s for s in SCOPES if s is not None]), max_size=2)
 
 
 @st.composite
@@ -344,6 +427,7 @@ def dag_specs(draw: st.DrawFn, max_tasks: int = 24) -> list[TaskSpec]:
                 adapter=draw(st.sampled_from(ADAPTERS)),
                 priority=draw(st.integers(-2, 2)),
                 depends=[f"t{d}" for d in deps],
+                scope=draw(st.sampled_from(SCOPES)),
             )
         )
     order = draw(st.permutations(range(count)))
@@ -364,7 +448,7 @@ def test_list_and_table_snapshots_agree(
     tasks = [TaskView(s, state) for s, state in zip(specs, states, strict=True)]
     in_flight = data.draw(st.dictionaries(st.sampled_from(ROLES), st.integers(0, 3)))
     plan = plan_of(specs, max_batch=max_batch, concurrency=limits)
-    choose(tasks, plan, in_flight)
+    choose(tasks, plan, in_flight, held=data.draw(HELD))
     promote(tasks)
     quiescent(tasks, in_flight)
 
@@ -385,7 +469,9 @@ def test_simulated_run_properties(
     indexed: bool,
 ) -> None:
     """A run: every task batched at most once, never before its dependencies are DONE;
-    batches within size, homogeneous, within concurrency; legal transitions only; it ends."""
+    batches within size, homogeneous, within concurrency, with locks (given to the scheduler
+    as ``held``) that never intersect another running batch's; legal transitions only; it
+    ends."""
     plan = plan_of(specs, max_batch=max_batch, concurrency=limits)
     start = [TaskView(s, S.PLANNED) for s in specs]
     table = TaskTable(start)
@@ -426,10 +512,19 @@ def test_simulated_run_properties(
             in_flight[batch.role] = in_flight.get(batch.role, 0) + 1
         if is_quiescent(snapshot, in_flight):
             break
+        locks = {b.id: lock_of(by_id[t].scope for t in b.tasks) for b in running}
         chosen = choose_batches(
-            snapshot, in_flight=in_flight, plan=plan, next_batch_number=next_number
+            snapshot,
+            in_flight=in_flight,
+            plan=plan,
+            next_batch_number=next_number,
+            held=list(locks.values()),
         )
         for batch in chosen:
+            lock = lock_of(by_id[t].scope for t in batch.tasks)
+            for other, theirs in locks.items():
+                assert not scopes_intersect(lock, theirs), (batch, other, lock, theirs)
+            locks[batch.id] = lock
             assert batch.id == f"b{next_number:04d}"
             next_number += 1
             assert 1 <= len(batch.tasks) <= max_batch

@@ -141,9 +141,9 @@ def test_matrix_object_round_trip_and_strictness() -> None:
 
 def test_batch_choice() -> None:
     specs = [
-        TaskSpec(id="a", role="r", prompt="p", priority=1, order=2),
-        TaskSpec(id="b", role="r", prompt="p", priority=5, order=1),
-        TaskSpec(id="c", role="r", prompt="p", priority=5, order=0, adapter="x"),
+        TaskSpec(id="a", role="r", prompt="p", priority=1, order=2, scope=("a/**",)),
+        TaskSpec(id="b", role="r", prompt="p", priority=5, order=1, scope=("b/**",)),
+        TaskSpec(id="c", role="r", prompt="p", priority=5, order=0, adapter="x", scope=("c",)),
         TaskSpec(id="d", role="q", prompt="p", order=3),
         TaskSpec(id="e", role="q", prompt="p", order=4),
     ]
@@ -151,8 +151,8 @@ def test_batch_choice() -> None:
         specs, max_batch=2, limits={"r": 2}, in_flight={"q": 1}, next_batch_number=9999
     )
     assert chosen == [
-        schedule.BatchChoice("b9999", "r", "x", ("c",)),
-        schedule.BatchChoice("b10000", "r", "scripted", ("b", "a")),
+        schedule.BatchChoice("b9999", "r", "x", ("c",), ("c",)),
+        schedule.BatchChoice("b10000", "r", "scripted", ("b", "a"), ("a/**", "b/**")),
     ]
     with pytest.raises(ValueError):
         schedule.choose_batches(specs, max_batch=4, limits={}, in_flight={}, next_batch_number=1)
