@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.orchestrate.model import Gate, ProcResult
-from harness.orchestrate.proc import run_process
 from harness.orchestrate.sandbox import Profile, Sandbox
 from harness.orchestrate.sandbox.policy import argv_files
+from harness.orchestrate.supervise import Limits, Supervised
 
-__all__ = ["TAIL_CHARS", "GateResult", "all_passed", "run_gate", "run_gates"]
+__all__ = ["TAIL_CHARS", "GateResult", "GateRun", "all_passed", "run_gate", "run_gates"]
 
 TAIL_CHARS = 4000
 """How much of a gate's output (its end, where the verdict usually is) is kept."""
@@ -58,13 +58,11 @@ def _tail(result: ProcResult, gate: Gate) -> str:
     return text[-TAIL_CHARS:]
 
 
-def run_gate(
-    gate: Gate, worktree: Path, sandbox: Sandbox | None = None, home: Path | None = None
-) -> GateResult:
-    """Run one gate's command in ``worktree`` with the gate's timeout (in ``sandbox`` when
-    given, with ``home`` as its HOME: an empty tmpfs there under bubblewrap)."""
-    if not gate.command:
-        return GateResult(gate.name, False, None, 0, f"gate {gate.name!r} has an empty command")
+def _start(
+    gate: Gate, worktree: Path, sandbox: Sandbox | None, home: Path | None
+) -> tuple[Supervised, Profile | None]:
+    """Start one gate's command (in ``sandbox`` when given, with ``home`` as its HOME: an
+    empty tmpfs there under bubblewrap); the caller steps the returned process."""
     profile: Profile | None = None
     argv: list[str] = list(gate.command)
     env: dict[str, str] | None = None
@@ -75,14 +73,18 @@ def run_gate(
             worktree, gate_home, programs=[gate.command[0]], files=argv_files(gate.command)
         )
         argv = sandbox.argv(profile, argv)
-    result = run_process(
+    proc = Supervised.start(
         argv,
         cwd=worktree,
-        timeout_s=gate.timeout_s,
+        limits=Limits(wall_s=gate.timeout_s, lifetime_s=min(gate.timeout_s, 1800.0)),
         max_output=_MAX_OUTPUT,
         env=env,
         sandboxed=profile is not None and profile.kind == "bwrap",
     )
+    return proc, profile
+
+
+def _result(gate: Gate, result: ProcResult, profile: Profile | None) -> GateResult:
     return GateResult(
         name=gate.name,
         passed=result.exit_code == 0 and not result.timed_out,
@@ -95,6 +97,71 @@ def run_gate(
     )
 
 
+class GateRun:
+    """A task list's gates run one after another without blocking the caller.
+
+    The tick loop keeps many batches in flight, each possibly gating: ``step`` advances this
+    one (starting the next gate when the previous one finished) and returns at once, so the
+    loop can serve every batch from one thread. Results come in run order; every gate runs,
+    whatever the earlier ones returned (see the module docstring).
+    """
+
+    def __init__(
+        self, gates: Sequence[Gate], worktree: Path, sandbox: Sandbox | None, home: Path | None
+    ) -> None:
+        self._todo = list(gates)
+        self._worktree = worktree
+        self._sandbox = sandbox
+        self._home = home
+        self._current: tuple[Gate, Supervised, Profile | None] | None = None
+        self.results: list[GateResult] = []
+
+    @property
+    def done(self) -> bool:
+        return self._current is None and not self._todo
+
+    def processes(self) -> list[Supervised]:
+        """The gate process now running (for the loop's ``wait_any``)."""
+        return [self._current[1]] if self._current is not None else []
+
+    def step(self, wait_s: float = 0.0) -> bool:
+        """Advance; True once every gate has a result."""
+        while True:
+            if self._current is None:
+                if not self._todo:
+                    return True
+                gate = self._todo.pop(0)
+                if not gate.command:
+                    self.results.append(
+                        GateResult(
+                            gate.name, False, None, 0, f"gate {gate.name!r} has an empty command"
+                        )
+                    )
+                    continue
+                proc, profile = _start(gate, self._worktree, self._sandbox, self._home)
+                self._current = (gate, proc, profile)
+            gate, proc, profile = self._current
+            outcome = proc.step(wait_s)
+            if outcome is None:
+                return False
+            self.results.append(_result(gate, outcome.result, profile))
+            self._current = None
+            wait_s = 0.0
+
+    def kill(self, why: str) -> None:
+        """End the running gate (the rest are not started); results stay as they are."""
+        self._todo.clear()
+        if self._current is not None:
+            self._current[1].kill(why)
+
+
+def run_gate(
+    gate: Gate, worktree: Path, sandbox: Sandbox | None = None, home: Path | None = None
+) -> GateResult:
+    """Run one gate's command in ``worktree`` with the gate's timeout (blocking)."""
+    return run_gates([gate], worktree, sandbox, home)[0]
+
+
 def run_gates(
     gates: Sequence[Gate],
     worktree: Path,
@@ -102,7 +169,10 @@ def run_gates(
     home: Path | None = None,
 ) -> list[GateResult]:
     """Run every gate (none is skipped because an earlier one failed); one result each."""
-    return [run_gate(gate, worktree, sandbox, home) for gate in gates]
+    run = GateRun(gates, worktree, sandbox, home)
+    while not run.step(0.05):
+        pass
+    return run.results
 
 
 def all_passed(results: Sequence[GateResult]) -> bool:

@@ -1,20 +1,24 @@
 """The deterministic tick loop: plan in, agents in worktrees, gates, merges, evidence out.
 
-No model call and no randomness in coordination: each tick takes a snapshot of task states and
-asks pure functions (scheduler, capability matrix, capsule) what to do. Batches run one after
-the other in this single-threaded loop (so per-role concurrency never exceeds 1 in flight; the
-limits still shape which batches are chosen). Every decision is an audit record, every file an
-agent changes a lineage record computed from the worktree's git diff after the agent exits
-(the one write boundary: an agent writing files directly cannot bypass it), every model call a
-replay record.
+No model call and no randomness in coordination: at each decision point the loop takes a
+snapshot of task states and asks pure functions (scheduler, capability matrix, capsule, locks)
+what to do. Up to ``plan.max_in_flight`` batches (and each role's ``concurrency``) run at once,
+as processes served by this one thread; results **retire strictly in batch order**, like a
+CPU's reorder buffer: the loop waits for the oldest batch in flight, retires it (records,
+gates' verdicts, merge), and only then decides again. Decisions therefore depend only on the
+sequence of retirements, never on which process happened to finish first, so the same plan
+with the same journal gives the same records and lineage run after run (decision 0027).
+
+Every decision is an audit record, every file an agent changes a lineage record computed from
+the worktree's git diff after the agent exits (the one write boundary), every model call a
+replay record. Batches whose scopes intersect never run at once (write locks); a failed
+attempt is restarted from the current HEAD while its task has attempts left.
 
 Crash safety: task states are not kept anywhere but in the audit store. On start, an existing
-run is resumed by replaying its ``task.transition`` records; tasks caught mid-flight are
-released (claimed -> open) or failed (in_progress/gating -> failed), with the reason recorded,
-so nothing is duplicated and nothing acknowledged is lost.
+run is resumed by replaying its records; tasks caught mid-flight are released, retried or
+failed, with the reason recorded, and agents a crashed runtime left running are killed.
 
-This module is the loop only; the parts it drives live in ``harness.orchestrate.runner``
-(state and record primitives, run start, resume, one batch's agent, landing its changes).
+This module is the loop only; the parts it drives live in ``harness.orchestrate.runner``.
 ``Runtime``, ``RunSummary``, ``RunAbortedError`` and ``task_states`` stay importable from here.
 """
 
@@ -25,12 +29,14 @@ from harness.verify.records import parse_record_line
 
 from .capabilities import check_task
 from .capsule import pre_spawn_violations
-from .runner.batch import fail_batch, run_batch
 from .runner.core import RunAbortedError, RunCore, RunSummary
+from .runner.job import BatchJob
 from .runner.resume import resume, task_states
+from .runner.retire import retire
 from .runner.start import start
 from .sandbox.policy import check_sandboxed
 from .scheduler import choose_batches, is_quiescent, promotions
+from .supervise import wait_any
 
 __all__ = ["RunAbortedError", "RunSummary", "Runtime", "task_states"]
 
@@ -42,6 +48,7 @@ class Runtime(RunCore):
 
     def run(self) -> RunSummary:
         """Start or resume the run, tick until it settles (or the operator stops it), seal."""
+        window: list[BatchJob] = []
         try:
             check_sandboxed(self.plan, self.sandbox)
             if not resume(self):
@@ -52,30 +59,23 @@ class Runtime(RunCore):
             while True:
                 if self._stop_requested():
                     stopped = True
+                    self._drain(window, stop=True)
                     for task, state in sorted(self.states.items()):
                         if state in (S.PLANNED, S.OPEN, S.BLOCKED, S.CLAIMED):
                             self.move(task, S.CANCELLED, "operator stop")
                     break
                 self._promote()
                 self.flush()
-                batches = choose_batches(
-                    self.table, in_flight={}, plan=self.plan, next_batch_number=self.batch_number
-                )
-                if not batches:
-                    if is_quiescent(self.table, {}):
+                started = self._launch(window)
+                if not window:
+                    if not started and is_quiescent(self.table, {}):
                         quiet += 1
                         if quiet >= self.plan.settle_ticks:
                             break
                     continue
                 quiet = 0
-                for batch in batches:
-                    self.batch_number += 1
-                    try:
-                        run_batch(self, batch)
-                    except RunAbortedError:
-                        raise
-                    except Exception as exc:  # a batch never takes the run (and its seal) down
-                        fail_batch(self, batch, f"runtime error: {type(exc).__name__}: {exc}")
+                if self._advance(window):
+                    retire(self, window.pop(0))
             outcome = "stopped" if stopped else "completed"
             self.audit("run.end", {"outcome": outcome})
             self.flush()
@@ -84,7 +84,73 @@ class Runtime(RunCore):
                 self.run_id, dict(self.states), self.batch_number - 1, self.merged, stopped
             )
         finally:
+            for job in window:  # an abort: leave no agent or gate running
+                job.kill("stop")
+                _settle(job)
             self.recorder.close()
+
+    def _launch(self, window: list[BatchJob]) -> bool:
+        """Choose batches for the free slots (locks and role limits as the scheduler rules),
+        record and flush every spawn in batch order, then start the processes."""
+        free = self._max_in_flight() - len(window)
+        if free <= 0:
+            return False
+        in_flight: dict[str, int] = {}
+        for job in window:
+            in_flight[job.batch.role] = in_flight.get(job.batch.role, 0) + 1
+        batches = choose_batches(
+            self.table,
+            in_flight=in_flight,
+            plan=self.plan,
+            next_batch_number=self.batch_number,
+            held=[job.lock for job in window],
+        )[:free]
+        prepared: list[BatchJob] = []
+        for batch in batches:
+            self.batch_number += 1
+            job = BatchJob(self, batch)
+            try:
+                if job.prepare():
+                    prepared.append(job)
+            except Exception as exc:  # a batch never takes the run (and its seal) down
+                _fail_unstarted(self, job, f"runtime error: {type(exc).__name__}: {exc}")
+        self.flush()  # every spawn is durable before any process starts
+        for job in prepared:
+            try:
+                job.start()
+            except Exception as exc:
+                job.error = f"runtime error: {type(exc).__name__}: {exc}"
+                job.done = True
+            window.append(job)
+        self.flush()
+        return bool(batches)
+
+    def _advance(self, window: list[BatchJob]) -> bool:
+        """Serve every job in flight until the oldest one is ready to retire (True), or the
+        operator asks to stop (False: the caller's next check sees it)."""
+        head = window[0]
+        while True:
+            for job in window:
+                job.step(0.0)
+            if head.done:
+                return True
+            if self._stop_pending():
+                return False
+            processes = [proc for job in window for proc in job.processes()]
+            wait_any(processes, 0.25)
+
+    def _drain(self, window: list[BatchJob], *, stop: bool) -> None:
+        """Stop every job in flight and retire them all, in batch order."""
+        for job in window:
+            if stop:
+                job.kill("stop")
+        while window:
+            job = window[0]
+            _settle(job)
+            retire(self, window.pop(0))
+
+    def _max_in_flight(self) -> int:
+        return self.plan.max_in_flight
 
     def _promote(self) -> None:
         """Decide every planned task's trifecta and capsule (recorded), then promote the rest
@@ -106,6 +172,19 @@ class Runtime(RunCore):
         for task_id, target, reason in promotions(self.table):
             self.move(task_id, target, reason)
 
+    def _stop_pending(self) -> bool:
+        """Whether a stop command is waiting, without consuming it (checked while serving
+        jobs; ``_stop_requested`` consumes it at the next decision point)."""
+        path = self.folder / "control.jsonl"
+        if not path.exists():
+            return False
+        lines = path.read_bytes().splitlines()[self.control_seen :]
+        return any(
+            parse_record_line(line, "control", self.run_id).body.get("command") == "stop"
+            for line in lines
+            if line
+        )
+
     def _stop_requested(self) -> bool:
         """True once the control store holds a new ``stop`` command (read incrementally)."""
         path = self.folder / "control.jsonl"
@@ -118,3 +197,23 @@ class Runtime(RunCore):
             if record.kind == "command" and record.body["command"] == "stop":
                 return True
         return False
+
+
+def _settle(job: BatchJob) -> None:
+    """Step a (killed) job until it is ready to retire; bounded by its kill grace."""
+    while not job.step(0.1):
+        pass
+
+
+def _fail_unstarted(run: RunCore, job: BatchJob, reason: str) -> None:
+    """Settle a batch that raised before its agent started: claimed tasks are released then
+    cancelled, so an error in one batch never takes the run (and its seal) down."""
+    for task in job.batch.tasks:
+        state = run.states[task]
+        if state is S.CLAIMED:
+            run.move(task, S.OPEN, reason)
+            run.move(task, S.CANCELLED, reason)
+        elif state in (S.IN_PROGRESS, S.GATING):
+            run.move(task, S.FAILED, reason)
+    run.flush()
+    job.cleanup()

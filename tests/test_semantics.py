@@ -105,6 +105,12 @@ def spawn(*tasks: str, sandbox: dict[str, Any] | None = None) -> Record:
         timeout_ms=1,
         sandbox=sandbox or {"kind": "none", "network": True, "private_mounts": True},
         env=[],
+        supervisor="role:coder",
+        attempt=1,
+        idle_ms=None,
+        lifetime_ms=1,
+        lock=["**"],
+        budget={"wall_ms": None, "tokens": None, "cost_micros": None},
     )
 
 

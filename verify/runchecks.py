@@ -33,5 +33,7 @@ def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:
 
     Imports are local so that check modules may import ``RunCheck`` from here.
     """
-    makers: list[RunCheckFactory] = []
+    from .attemptcheck import attempt_check
+
+    makers: list[RunCheckFactory] = [attempt_check]
     return [make(run, plan) for make in makers]

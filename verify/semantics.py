@@ -7,7 +7,8 @@ Per run, over the audit and lineage stores (already verified record by record):
 * a task denied by the capability matrix (``capability.denied``) ends ``denied`` and is never
   part of a spawned batch;
 * a task reaches ``done`` only after at least one ``gate.result`` for it, all of them passed,
-  and a ``merge.result`` that merged;
+  and a ``merge.result`` that merged, all since its latest attempt started (a retried task,
+  ``in_progress``/``gating`` -> ``open``, starts over: only the last attempt can be final);
 * every lineage record names a declared task that was part of a spawned batch.
 
 Runs without ``task.planned`` records (no runtime involved) have nothing to check here.
@@ -92,6 +93,12 @@ class RunSemantics:
                     f"{where}: task {body['task']!r} was denied by the capability matrix but "
                     f"moves to {target.value!r}"
                 )
+            if target is TaskState.OPEN and body["from"] in (
+                TaskState.IN_PROGRESS,
+                TaskState.GATING,
+            ):  # a retried attempt: the next attempt is judged by its own gates and merge
+                task.gates.clear()
+                task.merged = False
             task.state = target
         elif kind == "task.refused":
             task = self._task(body["task"], where)

@@ -2,7 +2,10 @@
 
 ``core`` holds the run's state and the only way to change it (queued audit records, legal
 transitions); ``start`` records the run's policy, ``resume`` rebuilds a crashed run from its
-audit store, ``batch`` runs one batch's agent and ``landing`` decides what its changes become
-(lineage, scope and capsule, gates with integrity snapshots, merge). The tick loop that ties
-them together is ``harness.orchestrate.runtime.Runtime``, the public entry point.
+audit store, ``job`` is one batch in flight (worktree, supervised agent, gates, never blocking),
+``agents`` starts its agent (locally or on an executor), ``budgets`` holds the run's ledger,
+and ``retire`` records a finished batch in batch order and decides what its changes become
+(lineage, scope and capsule, gate verdicts with integrity snapshots, merge, retries). The
+tick loop that ties them together is ``harness.orchestrate.runtime.Runtime``, the public
+entry point.
 """

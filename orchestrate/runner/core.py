@@ -92,6 +92,14 @@ class RunCore:
         self.merged: list[str] = []
         self.prechecked: set[str] = set()
         """Tasks whose promotion-time capsule check is recorded (not repeated every tick)."""
+        self.attempts: dict[str, int] = {}
+        """Per task, the number of the attempt last spawned (rebuilt from ``agent.spawn`` on
+        resume)."""
+        self.feedback: dict[str, str] = {}
+        """Per task, what failed in its last attempt: carried into the next attempt's prompt."""
+        self.executor: Any = None
+        """Where agents run: None for local supervised processes, else a remote executor
+        (``harness.orchestrate.executors``) whose handles step like ``Supervised``."""
         self.run_profile: Mapping[str, Any] | None = None
         """The run's default sandbox profile as ``run.start`` records it: promotion-time
         trifecta decisions use it (the verifier re-decides them with the same record)."""

@@ -3,14 +3,22 @@ crash caught mid-flight.
 
 Task states are kept nowhere but in the audit store, so resuming is replaying its
 ``task.transition`` records. A task caught mid-flight is released (claimed -> open: its batch
-never started) or failed (in_progress/gating -> failed), with the reason recorded, so nothing
-is duplicated and nothing acknowledged is lost. The one exception is a gating task whose
-branch is already in HEAD: the crashed runtime merged it, and the lost ``merge.result`` is
-recorded now.
+never started) or its attempt failed as a ``crash`` (retried while it has attempts left, else
+failed), with the reason recorded, so nothing is duplicated and nothing acknowledged is lost.
+The one exception is a gating task whose branch is already in HEAD: the crashed runtime merged
+it, and the lost ``merge.result`` is recorded now.
+
+Before anything is decided, the agents the crashed runtime left running are found from their
+``agent.started`` records (pid, process group, start time, boot id) and killed — never a
+process that merely reuses the pid — each recorded as ``orphan.reaped``; locks the crash left
+held are released (``lock.release``, reason ``runtime crash``). Leftover worktrees are
+committed to their branches before they are removed: unmerged work is never deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -21,9 +29,11 @@ from harness.verify.canonical import parse_canonical
 from harness.verify.errors import VerificationError
 from harness.verify.fsm import TaskState
 from harness.verify.records import parse_record_line
+from harness.verify.rules import attempts as attempt_rule
 
 from .. import git
 from ..sandbox import BatchDirs
+from ..supervise import ProcIdentity, reap_orphan
 from .core import RunAbortedError, RunCore
 
 S = TaskState
@@ -36,6 +46,9 @@ def resume(run: RunCore) -> bool:
         return False
     run.recorder.store("audit")  # opening recovers a torn tail first
     branches: dict[str, str] = {}
+    batches: dict[str, list[str]] = {}
+    started: dict[str, dict[str, Any]] = {}
+    held: list[str] = []
     last = path.read_bytes().splitlines()[-1]
     if parse_record_line(last, "audit", run.run_id).kind == "run.end":
         raise RunAbortedError(
@@ -54,11 +67,32 @@ def resume(run: RunCore) -> bool:
             run.set_state(str(body["task"]), S(str(body["to"])))
         elif record.kind == "agent.spawn":
             run.batch_number += 1
+            batches[str(body["batch"])] = [str(name) for name in body["tasks"]]
             for name in body["tasks"]:
                 branches[str(name)] = str(body["branch"])
+                run.attempts[str(name)] = run.attempts.get(str(name), 0) + 1
+        elif record.kind == "agent.started":
+            started[str(body["batch"])] = dict(body)
+        elif record.kind == "agent.exit":
+            started.pop(str(body["batch"]), None)
+        elif record.kind == "lock.acquire":
+            held.append(str(body["batch"]))
+        elif record.kind == "lock.release" and str(body["batch"]) in held:
+            held.remove(str(body["batch"]))
+        elif record.kind == "attempt.failed" and body["retry"]:
+            _load_feedback(run, str(body["task"]), int(body["attempt"]))
     lineage = run.folder / "lineage.jsonl"
     if lineage.exists():
         run.step = len(lineage.read_bytes().splitlines())
+    for batch, body in sorted(started.items()):
+        identity = ProcIdentity.from_json(
+            {key: body[key] for key in ("pid", "pgid", "start_ticks", "boot_id")}
+        )
+        outcome = reap_orphan(identity, run.grace_s)
+        run.audit("orphan.reaped", {"batch": batch, **identity.to_json(), "outcome": outcome})
+    for batch in held:
+        run.audit("lock.release", {"batch": batch, "reason": "runtime crash"})
+    crashed: dict[str, str] = {}
     for task, state in sorted(run.states.items()):
         branch = branches.get(task)
         if state is S.CLAIMED:
@@ -66,12 +100,56 @@ def resume(run: RunCore) -> bool:
         elif state is S.GATING and branch and _merged_before_crash(run, task, branch):
             run.move(task, S.DONE, "merged just before a runtime crash")
         elif state in (S.IN_PROGRESS, S.GATING):
-            run.move(task, S.FAILED, "resumed after a runtime crash during its batch")
+            crashed[task] = next(
+                (b for b, tasks in batches.items() if task in tasks and branch), "unknown"
+            )
+    for task, batch in sorted(crashed.items()):
+        _crashed_attempt(run, task, batch)
     if run.work.exists():
         for leftover in sorted(run.work.iterdir()):
-            git.remove_worktree(run.repo, BatchDirs(leftover).tree, force=True)
+            tree = BatchDirs(leftover).tree
+            if tree.exists():  # keep what the agent wrote: commit it to its branch
+                with contextlib.suppress(git.GitError):
+                    git.commit_all(tree, f"{leftover.name}: salvaged on resume", date=run.git_date)
+            git.remove_worktree(run.repo, tree, force=True)
             shutil.rmtree(leftover, ignore_errors=True)
     return True
+
+
+def _crashed_attempt(run: RunCore, task: str, batch: str) -> None:
+    """A task whose batch the crash interrupted: a failed ``crash`` attempt, retried from the
+    current HEAD while the rule allows, else failed. The interrupted batch itself is never
+    re-run (its branch is kept), so no effect is duplicated."""
+    attempt = run.attempts.get(task, 1)
+    retry = attempt_rule.decide("crash", attempt, run.plan.attempts_for(run.specs[task]))
+    reason = "resumed after a runtime crash during its batch"
+    text = reason
+    run.audit(
+        "attempt.failed",
+        {
+            "task": task,
+            "batch": batch,
+            "attempt": attempt,
+            "anomaly": "crash",
+            "reason": reason,
+            "retry": retry,
+            "checkpoint": git.head(run.repo),
+            "feedback_sha256": hashlib.sha256(text.encode()).hexdigest() if retry else None,
+        },
+    )
+    if retry:
+        run.feedback[task] = text
+        run.move(task, S.OPEN, f"attempt {attempt} failed (crash): restart after resume")
+    else:
+        run.move(task, S.FAILED, reason)
+
+
+def _load_feedback(run: RunCore, task: str, attempt: int) -> None:
+    path = run.folder / "feedback" / f"{task}.{attempt}.txt"
+    try:
+        run.feedback[task] = path.read_text(encoding="utf-8")
+    except OSError:
+        run.feedback.pop(task, None)
 
 
 def _merged_before_crash(run: RunCore, task: str, branch: str) -> bool:

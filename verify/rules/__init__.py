@@ -9,11 +9,12 @@ differs. Times are compared as the fixed-width RFC 3339 strings the records carr
 
 Modules: ``fsm`` (task lifecycle), ``trifecta`` (capability denial, sandbox lowering),
 ``scope`` (globs, paths, times), ``capsule`` (intent-capsule conformance), ``schedule``
-(batch choice), ``integrity`` (gates leave the worktree unchanged).
+(batch choice), ``integrity`` (gates leave the worktree unchanged), ``attempts`` (the P
+layer: anomaly classes and retries).
 """
 
 from __future__ import annotations
 
-from . import capsule, fsm, integrity, schedule, scope, trifecta
+from . import attempts, capsule, fsm, integrity, schedule, scope, trifecta
 
-__all__ = ["capsule", "fsm", "integrity", "schedule", "scope", "trifecta"]
+__all__ = ["attempts", "capsule", "fsm", "integrity", "schedule", "scope", "trifecta"]

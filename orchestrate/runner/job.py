@@ -1,0 +1,357 @@
+"""One batch in flight: its worktree, its supervised agent, then its gates, never blocking.
+
+The tick loop keeps up to ``max_in_flight`` of these at once and serves them all from one
+thread: ``step`` advances a job as far as it can without waiting (the agent's process, then,
+once the agent has finished, its commit and diff, then its gates one by one). A job records
+NOTHING while it runs: every record about it is written when it retires, strictly in batch
+order (``harness.orchestrate.runner.retire``), so the evidence never depends on which process
+finished first. What a job computes on the way (the diff, the scope check, the gate verdicts)
+is a function of its own worktree only: no clock, no shared state.
+
+What is decided before a job's processes start, in batch order and flushed first: the claim,
+the spawn-time re-decisions (trifecta, capsule), the lock and the ``agent.spawn`` record
+(``prepare``); ``agent.started`` (pid, group, start time) right after the start. The agent
+and its gates are one sandboxed unit confined to the batch's own worktree: nothing they do
+reaches the repository until retirement decides the merge (decision 0027).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.verify.fsm import TaskState
+from harness.verify.rules.integrity import WorktreeState
+from harness.verify.rules.scope import in_scope
+
+from .. import git
+from ..adapters import CommandAdapter, get_adapter
+from ..adapters.base import Adapter, AgentOutput, AgentRequest
+from ..capabilities import check_task
+from ..capsule import pre_spawn_violations
+from ..gates import GateRun
+from ..model import Batch, Gate, TaskSpec
+from ..sandbox import BatchDirs
+from ..sandbox.policy import adapter_env_names, adapter_stdin, argv_files, batch_network
+from ..scripted_agent import write_scripted_workfile
+from ..supervise import Limits, Outcome, Supervised
+from . import budgets
+from .agents import start_agent
+from .core import RunCore
+
+S = TaskState
+
+LIFETIME_CAP_S = 1800.0
+"""No agent runs longer than this, whatever its task says (issue 11 §4)."""
+
+
+class BatchJob:
+    """A batch from claim to retirement (see the module docstring)."""
+
+    def __init__(self, run: RunCore, batch: Batch) -> None:
+        self.run = run
+        self.batch = batch
+        self.tasks: list[TaskSpec] = [run.specs[t] for t in batch.tasks]
+        self.branch = f"harness/{run.run_id}/{batch.id}"
+        self.dirs = BatchDirs(run.work / batch.id)
+        self.worktree = self.dirs.tree
+        self.base = ""
+        self.lock: list[str] = sorted({glob for task in self.tasks for glob in task.scope})
+        self.attempt = 1
+        self.request: AgentRequest | None = None
+        self.adapter: Adapter | None = None
+        self.proc: Supervised | Any = None
+        """The agent: a local ``Supervised`` process or a remote handle with the same face."""
+        self.outcome: Outcome | None = None
+        self.output: AgentOutput | None = None
+        self.head: str | None = None
+        self.changes: list[git.Change] = []
+        self.scope_problems: list[str] = []
+        self.gates: GateRun | None = None
+        self.gate_tasks: list[str] = []
+        self.before: WorktreeState | None = None
+        self.after: WorktreeState | None = None
+        self.error: str | None = None
+        """A runtime error while the job ran (it then retires as a failed batch)."""
+        self.killed: str | None = None
+        self.meter: Any = None
+        """The usage meter fed with the agent's output (None: its adapter reports none)."""
+        self.budget_breach: Mapping[str, Any] | None = None
+        """The ``budget.exceeded`` body when the supervisor killed the agent for its budget."""
+        self.done = False
+        self.released = False
+        """Whether its ``lock.release`` is queued (retirement releases it once)."""
+
+    # -- before the processes start (in batch order, recorded) -----------------------------
+
+    def prepare(self) -> bool:
+        """Claim, worktree, spawn-time re-decisions, lock and ``agent.spawn`` (queued).
+
+        Returns False when the batch was denied at spawn (its records are queued; nothing
+        is started and no lock is taken).
+        """
+        run = self.run
+        for task in self.tasks:
+            run.move(task.id, S.CLAIMED, f"batch {self.batch.id}")
+        self.base = git.head(run.repo)
+        self.dirs.create()
+        if git.branch_exists(run.repo, self.branch):
+            # Only a batch that crashed before its agent.spawn record leaves this behind (the
+            # batch counter counts spawn records): nothing of it was merged or recorded.
+            git.delete_branch(run.repo, self.branch)
+        git.add_worktree(run.repo, self.worktree, self.branch, self.base)
+        spec = run.plan.commands.get(self.batch.adapter)
+        adapter = (
+            CommandAdapter.from_spec(spec) if spec is not None else get_adapter(self.batch.adapter)
+        )
+        self.adapter = adapter
+        scratch = self.dirs.io
+        self.task_attempts = {task.id: run.attempts.get(task.id, 0) + 1 for task in self.tasks}
+        self.attempt = max(self.task_attempts.values())
+        prompt = self._prompt()
+        request = AgentRequest(
+            batch=self.batch,
+            tasks=tuple(self.tasks),
+            worktree=self.worktree,
+            prompt=prompt,
+            prompt_file=scratch / "prompt.txt",
+            model=self.tasks[0].model,
+            journal_file=run.journal.path if run.journal is not None else None,
+            workfile=scratch / "work.json",
+            journal_mode=run.journal.mode if run.journal is not None else "live",
+            allow_live_miss=run.journal.allow_live_miss if run.journal is not None else False,
+        )
+        self.request = request
+        request.prompt_file.write_text(prompt, encoding="utf-8")
+        if self.batch.adapter == "scripted":
+            write_scripted_workfile(request, request.workfile)
+        timeout_s = max(task.timeout_s for task in self.tasks)
+        argv = adapter.argv(request)
+        profile, env = run.sandbox.agent(
+            self.dirs,
+            programs=[adapter.executable],
+            files=argv_files(argv),
+            network=batch_network(self.tasks, run.capabilities),
+            adapter_env=adapter_env_names(adapter),
+            journal_dir=(
+                run.journal.directory
+                if run.journal is not None and self.batch.adapter == "scripted"
+                else None
+            ),
+        )
+        if _denied_at_spawn(run, self.batch, self.tasks, profile.to_json()):
+            self.cleanup()
+            return False
+        idle_s = _idle_s(run, self.tasks)
+        lifetime_s = min(float(run.plan.lifetime_s), LIFETIME_CAP_S)
+        self.limits = Limits(
+            wall_s=timeout_s, idle_s=idle_s, lifetime_s=lifetime_s, grace_s=run.grace_s
+        )
+        self.argv = run.sandbox.argv(profile, argv)
+        self.env = env
+        self.stdin = adapter_stdin(adapter, request)
+        self.sandboxed = profile.kind == "bwrap"
+        run.audit("lock.acquire", {"batch": self.batch.id, "globs": self.lock})
+        run.audit(
+            "agent.spawn",
+            {
+                "batch": self.batch.id,
+                "tasks": [task.id for task in self.tasks],
+                "adapter": self.batch.adapter,
+                "branch": self.branch,
+                "worktree": str(self.worktree),
+                "timeout_ms": int(timeout_s * 1000),
+                "sandbox": profile.to_json(),
+                "env": list(profile.env),
+                "supervisor": f"role:{self.batch.role}",
+                "attempt": self.attempt,
+                "idle_ms": int(idle_s * 1000) if idle_s is not None else None,
+                "lifetime_ms": int(min(timeout_s, lifetime_s) * 1000),
+                "lock": self.lock,
+                "budget": budgets.budget_of(run, self.tasks),
+            },
+        )
+        for task in self.tasks:
+            run.attempts[task.id] = self.task_attempts[task.id]
+            run.move(task.id, S.IN_PROGRESS, f"agent for {self.batch.id} started")
+        return True
+
+    def _prompt(self) -> str:
+        """The tasks' prompts; a retried task's prompt carries what failed last time (the
+        reflex arc: the failing gates' output goes into the next attempt)."""
+        parts = []
+        for task in self.tasks:
+            parts.append(f"[{task.id}] {task.prompt}")
+            feedback = self.run.feedback.get(task.id)
+            if feedback:
+                done = self.run.attempts.get(task.id, 0)
+                parts.append(
+                    f"[{task.id}] Attempt {done} of this task failed. What failed:\n{feedback}"
+                )
+        return "\n\n".join(parts)
+
+    def start(self) -> None:
+        """Start the agent (after ``agent.spawn`` is durable) and queue ``agent.started``."""
+        run = self.run
+        self.meter = budgets.meter_for(run, self)
+        self.proc = start_agent(run, self, self.meter)
+        identity = getattr(self.proc, "identity", None)
+        if identity is not None:
+            run.audit("agent.started", {"batch": self.batch.id, **identity.to_json()})
+
+    # -- while in flight (no records) -----------------------------------------------------
+
+    def processes(self) -> list[Supervised]:
+        """The local processes of this job now running (for the loop's ``wait_any``)."""
+        if self.done:
+            return []
+        if self.gates is not None:
+            return self.gates.processes()
+        return [self.proc] if isinstance(self.proc, Supervised) and not self.proc.done else []
+
+    def step(self, wait_s: float = 0.0) -> bool:
+        """Advance as far as possible without blocking (longer than ``wait_s``); True once
+        the job is ready to retire. A runtime error ends the job (recorded at retirement)."""
+        if self.done:
+            return True
+        try:
+            self._step(wait_s)
+        except Exception as exc:  # a job never takes the run (and its seal) down
+            self.error = f"runtime error: {type(exc).__name__}: {exc}"
+            self.kill("error")
+            self.done = True
+        return self.done
+
+    def _step(self, wait_s: float) -> None:
+        if self.outcome is None:
+            breach = budgets.live_breach(self.run, self)
+            if breach is not None and self.killed is None:
+                self.budget_breach = breach
+                self.kill("budget")
+            outcome = self.proc.step(wait_s)
+            if outcome is None:
+                return
+            self.outcome = outcome
+            self._collect()
+            if not self._agent_ok() or self.scope_problems:
+                self.done = True
+                return
+            self.before = worktree_state(self.worktree)
+            gates: list[Gate] = []
+            for task in self.tasks:
+                gates.extend(task.gates)
+                self.gate_tasks.extend(task.id for _ in task.gates)
+            self.gates = GateRun(gates, self.worktree, self.run.sandbox, self.dirs.gate_home)
+            wait_s = 0.0
+        assert self.gates is not None
+        if self.gates.step(wait_s):
+            self.after = worktree_state(self.worktree)
+            self.done = True
+
+    def _collect(self) -> None:
+        """After the agent: parse its output, commit the worktree, diff it against the base,
+        and check the scope (pure: the job's own data)."""
+        assert self.outcome is not None and self.adapter is not None and self.request is not None
+        self.output = self.adapter.parse(self.request, self.outcome.result)
+        message = f"{self.batch.id}: {', '.join(t.id for t in self.tasks)}"
+        git.commit_all(self.worktree, message, date=self.run.git_date)
+        tip = git.head(self.worktree)  # also covers commits the agent made itself
+        self.head = tip if tip != self.base else None
+        self.changes = git.changed_files(self.run.repo, self.base, self.head) if self.head else []
+        self.scope_problems = [
+            f"{change.path} is outside the scope of every task in the batch"
+            for change in self.changes
+            if not any(in_scope(change.path, t.scope) for t in self.tasks)
+        ]
+
+    def _agent_ok(self) -> bool:
+        assert self.outcome is not None and self.output is not None
+        result = self.outcome.result
+        return (
+            self.output.ok
+            and self.outcome.anomaly is None
+            and not result.timed_out
+            and result.exit_code == 0
+        )
+
+    def kill(self, why: str) -> None:
+        """End whatever of this job runs (agent or gates); it retires as failed."""
+        self.killed = self.killed or why
+        if self.gates is not None:
+            self.gates.kill(why)
+        elif self.proc is not None and not getattr(self.proc, "done", True):
+            self.proc.kill(why)
+
+    # -- after retirement -----------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Remove the worktree and the batch folder; the branch stays (it holds the
+        committed work, merged or not: unmerged work is never deleted)."""
+        run = self.run
+        with contextlib.suppress(git.GitError):
+            if self.output is None and self.worktree.exists():  # never collected: keep it
+                git.commit_all(self.worktree, f"{self.batch.id}: salvage", date=run.git_date)
+        git.remove_worktree(run.repo, self.worktree, force=True)
+        shutil.rmtree(self.dirs.root, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the run's work folder, once empty
+            run.work.rmdir()
+
+
+def worktree_state(worktree: Path) -> WorktreeState:
+    commit = git.head(worktree)
+    return WorktreeState(commit, git.tree_of(worktree, commit), git.is_clean(worktree))
+
+
+def feedback_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _idle_s(run: RunCore, tasks: Sequence[TaskSpec]) -> float | None:
+    """The batch's idle limit: the smallest that applies to its tasks; None when off."""
+    limits = [value for value in (run.plan.idle_s_for(task) for task in tasks) if value]
+    return float(min(limits)) if limits else None
+
+
+def budget_words(breach: Mapping[str, Any]) -> str:
+    """``task t1 tokens 1200 of 1000`` for a ``budget.exceeded`` body."""
+    return (
+        f"{breach['scope']} {breach['name']} {breach['resource']} "
+        f"{breach['used']} of {breach['limit']}"
+    )
+
+
+def _denied_at_spawn(
+    run: RunCore, batch: Batch, tasks: list[TaskSpec], profile: Mapping[str, Any]
+) -> bool:
+    """Right before the spawn, re-decide the trifecta with the profile this spawn really
+    gets (it may differ from the run's default, e.g. network for egress tasks) and the
+    capsule's pre-spawn rule at this instant (recorded for every task). A denied task ends
+    DENIED, the rest of the batch goes back to OPEN for a later batch; nothing is spawned."""
+    denials = [check_task(task, run.capabilities, profile) for task in tasks]
+    drift: dict[str, list[str]] = {}
+    if run.plan.capsule is not None:  # the capsule may have expired while tasks waited
+        now = run.clock()
+        for task in tasks:
+            problems = pre_spawn_violations(run.plan.capsule, now, task)
+            run.capsule_check(task.id, now, [], problems)
+            if problems:
+                drift[task.id] = problems
+    exhausted = budgets.spawn_exhausted(run, batch, tasks)
+    if all(denial is None for denial in denials) and not drift and exhausted is None:
+        return False
+    if exhausted is not None:
+        run.audit("budget.exceeded", dict(exhausted))
+    for task, denial in zip(tasks, denials, strict=True):
+        if denial is not None:
+            run.deny(denial, profile)
+        elif task.id in drift:
+            run.move(task.id, S.DENIED, "intent capsule: " + "; ".join(drift[task.id]))
+        elif exhausted is not None:
+            run.move(task.id, S.DENIED, "budget exhausted: " + budget_words(exhausted))
+        else:
+            run.move(task.id, S.OPEN, "batch released: another task was denied at spawn")
+    return True
