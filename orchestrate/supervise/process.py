@@ -37,7 +37,7 @@ from harness.orchestrate.model import ProcResult
 
 from .identity import ProcIdentity, identity_of
 from .limits import Limits, Outcome, check_why, exec_failed
-from .pipes import CHUNK, Sink, StdinFeeder
+from .pipes import Streams
 from .procfs import (
     GROUP_DEATH_S,
     killpg,
@@ -87,12 +87,8 @@ class Supervised:
         self._phase = _Phase.DONE
         self._outcome: Outcome | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._sel: selectors.BaseSelector | None = None
-        self._readers: dict[int, str] = {}
-        self._stdin: StdinFeeder | None = None
+        self._io: Streams | None = None
         self._pidfd: int | None = None
-        self._sinks = {"stdout": Sink(0), "stderr": Sink(0)}
-        self._on_output: OnOutput | None = None
         self._sandboxed = False
         self._probe: ProgressProbe | None = None
         self._next_probe = t0
@@ -157,22 +153,15 @@ class Supervised:
         self._phase = _Phase.RUNNING
         self.identity = identity_of(proc.pid)
         self._sandboxed = sandboxed
-        self._on_output = on_output
         self._probe = probe
         self._next_probe = t0 + limits.probe_s
-        self._sinks = {"stdout": Sink(max_output), "stderr": Sink(max_output)}
-        sel = self._sel = selectors.DefaultSelector()
         assert proc.stdout is not None and proc.stderr is not None
-        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe.fileno(), selectors.EVENT_READ, name)
-            self._readers[pipe.fileno()] = name
+        io = self._io = Streams(proc.stdout, proc.stderr, max_output, on_output)
         if proc.stdin is not None and stdin:
-            self._stdin = StdinFeeder(proc.stdin, stdin)
-            sel.register(self._stdin.fd, selectors.EVENT_WRITE, "stdin")
+            io.feed_stdin(proc.stdin, stdin)
         self._pidfd = open_pidfd(proc.pid)
         if self._pidfd is not None:
-            sel.register(self._pidfd, selectors.EVENT_READ, "exit")
+            io.sel.register(self._pidfd, selectors.EVENT_READ, "exit")
         return self
 
     # -- what the loop asks -------------------------------------------------------------
@@ -196,9 +185,9 @@ class Supervised:
 
     def watch(self) -> list[tuple[int, int]]:
         """``(fd, selector events)`` pairs to watch for this process (see :func:`wait_any`)."""
-        if self._sel is None or self._outcome is not None:
+        if self._io is None or self._outcome is not None:
             return []
-        return [(key.fd, key.events) for key in self._sel.get_map().values()]
+        return self._io.watch()
 
     def wake_at(self, now: float) -> float:
         """The monotonic time by which :meth:`step` must run again even without I/O."""
@@ -312,7 +301,10 @@ class Supervised:
                 killpg(proc.pid, signal.SIGKILL)  # a member forked after the previous signal
                 return
             self._reap(now)
-        if self._phase is _Phase.DRAINING and (not self._readers or now >= self._phase_end):
+        if self._phase is _Phase.DRAINING:
+            assert self._io is not None
+            if self._io.readers and now < self._phase_end:
+                return
             self._finish()
 
     def _enforce(self, now: float) -> None:
@@ -338,33 +330,31 @@ class Supervised:
 
     def _reap(self, now: float) -> None:
         """The group is dead (or the bound passed): reap the leader, start draining."""
-        assert self._proc is not None and self._sel is not None
+        assert self._proc is not None and self._io is not None
         self._returncode = self._proc.wait()
         self._duration_ms = int((time.monotonic() - self._t0) * 1000)
         self._close_pidfd()
-        if self._stdin is not None:
-            self._sel.unregister(self._stdin.fd)
-            self._stdin.close()
-            self._stdin = None
+        self._io.close_stdin()
         self._phase = _Phase.DRAINING
         self._phase_end = now + DRAIN_S
 
     def _close_pidfd(self) -> None:
         if self._pidfd is not None:
-            assert self._sel is not None
-            self._sel.unregister(self._pidfd)
+            assert self._io is not None
+            self._io.sel.unregister(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
 
     def _finish(self) -> None:
-        assert self._proc is not None and self._sel is not None
+        assert self._proc is not None and self._io is not None
         proc = self._proc
-        self._sel.close()
+        sinks = self._io.sinks
+        self._io.sel.close()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        self._readers.clear()
+        self._io.readers.clear()
         self._phase = _Phase.DONE
         code = self._returncode
         self._outcome = Outcome(
@@ -373,48 +363,19 @@ class Supervised:
                 signal=None if code >= 0 else signal_name(-code),
                 timed_out=self._timed_out,
                 duration_ms=self._duration_ms,
-                stdout=bytes(self._sinks["stdout"].data),
-                stderr=bytes(self._sinks["stderr"].data),
-                stdout_truncated=self._sinks["stdout"].truncated,
-                stderr_truncated=self._sinks["stderr"].truncated,
+                stdout=bytes(sinks["stdout"].data),
+                stderr=bytes(sinks["stderr"].data),
+                stdout_truncated=sinks["stdout"].truncated,
+                stderr_truncated=sinks["stderr"].truncated,
             ),
             anomaly=self._anomaly,
             idle_ms=int(self._max_silence * 1000),
         )
 
     def _pump(self, timeout: float) -> bool:
-        """One selector round; True when it read or wrote something."""
-        sel = self._sel
-        assert sel is not None
-        if not sel.get_map():
-            if timeout > 0:
-                time.sleep(timeout)
-            return False
-        moved = False
-        for key, _ in sel.select(timeout):
-            if key.data == "exit":
-                continue
-            if key.data == "stdin":
-                assert self._stdin is not None
-                if self._stdin.write():
-                    sel.unregister(key.fd)
-                    self._stdin = None
-                moved = True
-                continue
-            try:
-                chunk = os.read(key.fd, CHUNK)
-            except BlockingIOError:
-                continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                sel.unregister(key.fd)
-                del self._readers[key.fd]
-                continue
-            moved = True
-            if self._phase is _Phase.RUNNING:
-                self._progress(time.monotonic())
-            self._sinks[key.data].feed(chunk)
-            if self._on_output is not None:
-                self._on_output(key.data, chunk)
-        return moved
+        assert self._io is not None
+        return self._io.pump(timeout, self._on_data)
+
+    def _on_data(self) -> None:
+        if self._phase is _Phase.RUNNING:
+            self._progress(time.monotonic())
