@@ -17,8 +17,9 @@ Method: two product automata, no regular-expression enumeration.
 * Characters. Two segment patterns (``*``, ``?``, literals) share a valid segment iff the
   product of their character automata, run alongside a 7-state tracker of the forbidden
   segments (empty, ``.``, ``..``, ``.git`` in any case), reaches (end, end, allowed). Where both
-  sides are wildcards the character is free; trying ``.``, ``g``, ``i``, ``t`` and one
-  other character covers every tracker move. O(len(p) * len(q)) states, memoized per pair.
+  sides are wildcards the character is free, and a character that is none of ``.``, ``g``,
+  ``i``, ``t`` (in any case) is always a best choice (see ``_FREE``). O(len(p) * len(q) * 7)
+  states, memoized per pair.
 
 Valid paths also exclude backslashes and control characters, but glob literals cannot hold
 them (``scope.check_glob``) and wildcards are only ever resolved to the characters above, so
@@ -38,8 +39,10 @@ from .scope import check_glob
 # 6 anything else (a prefix of no forbidden segment: every extension is allowed).
 _OTHER: Final = 6
 _ALLOWED_END: Final = frozenset({3, 4, _OTHER})
-_FREE_CHARS: Final = (".", "g", "i", "t", "a")
-"""Wildcard choices: one per distinct tracker move ("a" stands for every other character)."""
+_FREE: Final = "a"
+"""What a wildcard on both sides spells. It moves the tracker to "other" from every state, and
+"other" dominates: it is absorbing and allowed, so whatever the rest of the segment, ending
+there is allowed whenever ending in any other state would be. No other choice can help."""
 
 
 def _track(state: int, ch: str) -> int:
@@ -105,7 +108,7 @@ def _segments_intersect(p: str, q: str) -> bool:
                     chars: tuple[str, ...] = (need_p,) if need_p == need_q else ()
                 else:
                     fixed = need_p if need_p is not None else need_q
-                    chars = (fixed,) if fixed is not None else _FREE_CHARS
+                    chars = (fixed if fixed is not None else _FREE,)
                 for ch in chars:
                     push(next_i, next_j, _track(t, ch))
     return False
