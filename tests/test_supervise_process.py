@@ -15,6 +15,7 @@ import pytest
 from harness.orchestrate.sandbox import probe
 from harness.orchestrate.supervise import (
     MAX_ENTRIES,
+    PROBE_SHARE,
     Limits,
     Outcome,
     Supervised,
@@ -339,3 +340,24 @@ def test_sandboxed_silent_process_is_reaped_as_hung(tmp_path: Path) -> None:
     assert outcome.anomaly == "hung" and not outcome.result.timed_out
     assert time.monotonic() - t0 < 4.0
     assert all(is_dead(pid) for pid in inside)
+
+
+def test_probing_is_spaced_by_its_own_cost(tmp_path: Path) -> None:
+    tree = tmp_path / "big"
+    for d in range(20):
+        (tree / f"d{d}").mkdir(parents=True)
+        for i in range(100):
+            (tree / f"d{d}" / f"f{i}").write_text("")
+    proc = Supervised.start(
+        ["sleep", "1.5"],
+        cwd=tmp_path,
+        limits=Limits(wall_s=20, idle_s=10, probe_s=0.01),
+        progress_paths=[tree],
+    )
+    outcome, _ = run(proc)
+    stats = proc.probe_stats
+    assert outcome.anomaly is None and stats is not None and stats.entries == 2021
+    assert stats.probes >= 2
+    # probing took at most 1/PROBE_SHARE of the run, plus the baseline and the last probe
+    spent_s = (stats.total_ns - 2 * stats.max_ns) / 1e9
+    assert spent_s <= outcome.result.duration_ms / 1000 / PROBE_SHARE

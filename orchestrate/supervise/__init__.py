@@ -12,13 +12,14 @@ from .identity import ProcIdentity, boot_id, identity_of, reap_orphan
 from .limits import MAX_LIFETIME_S, Limits, Outcome
 from .process import DRAIN_S, Supervised
 from .procfs import signal_name
-from .progress import MAX_ENTRIES, Fingerprint, ProbeStats, fingerprint
+from .progress import MAX_ENTRIES, PROBE_SHARE, Fingerprint, ProbeStats, fingerprint
 from .wait import wait_any
 
 __all__ = [
     "DRAIN_S",
     "MAX_ENTRIES",
     "MAX_LIFETIME_S",
+    "PROBE_SHARE",
     "Fingerprint",
     "Limits",
     "Outcome",

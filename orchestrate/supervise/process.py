@@ -48,7 +48,7 @@ from .procfs import (
     terminate_tree,
     wait_group_dead,
 )
-from .progress import ProbeStats, ProgressProbe
+from .progress import PROBE_SHARE, ProbeStats, ProgressProbe
 
 __all__ = ["DRAIN_S", "Supervised"]
 
@@ -274,7 +274,8 @@ class Supervised:
         assert self._probe is not None
         if self._probe.changed():
             self._progress(now)
-        self._next_probe = now + self.limits.probe_s
+        spacing = PROBE_SHARE * self._probe.stats.last_ns / 1e9  # bound the probing's cost
+        self._next_probe = time.monotonic() + max(self.limits.probe_s, spacing)
 
     def _advance(self, now: float) -> None:
         proc = self._proc

@@ -12,7 +12,9 @@ the verdict (it cannot make a hung process look alive forever without writing so
 The walk is bounded: ``os.scandir`` without following symlinks, ``.git`` skipped (files and
 folders: in a worktree ``.git`` is a file), at most :data:`MAX_ENTRIES` entries. A tree larger
 than that is fingerprinted on its first entries in directory order only (``truncated``); the
-cost of every probe is measured (:class:`ProbeStats`) so it can be reported.
+cost of every probe is measured (:class:`ProbeStats`), so that the supervisor can space
+probes out (at most one :data:`PROBE_SHARE`-th of the time spent probing) and it can be
+reported.
 """
 
 from __future__ import annotations
@@ -25,9 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["MAX_ENTRIES", "Fingerprint", "ProbeStats", "ProgressProbe", "fingerprint"]
+__all__ = [
+    "MAX_ENTRIES",
+    "PROBE_SHARE",
+    "Fingerprint",
+    "ProbeStats",
+    "ProgressProbe",
+    "fingerprint",
+]
 
 MAX_ENTRIES: Final = 20_000
+PROBE_SHARE: Final = 20
+"""Probes are spaced at least this many times their own cost apart (<= 5 % of a core each:
+a stat costs ~10 us here, so a 20,000-entry tree may take 0.2 s to walk)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,7 @@ class ProbeStats:
     probes: int = 0
     total_ns: int = 0
     max_ns: int = 0
+    last_ns: int = 0
     entries: int = 0
     """Entries walked by the last probe."""
     truncated: bool = False
@@ -119,6 +132,7 @@ class ProgressProbe:
         s.probes += 1
         s.total_ns += cost
         s.max_ns = max(s.max_ns, cost)
+        s.last_ns = cost
         s.entries = fp.entries
         s.truncated = fp.truncated
         return fp

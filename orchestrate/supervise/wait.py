@@ -16,7 +16,7 @@ def wait_any(procs: Sequence[Supervised], timeout_s: float) -> None:
     deadlines falls due, or ``timeout_s`` passed: one selector over all of them, so the loop
     neither spins nor oversleeps a limit. Returns at once when none of them is still running
     (done processes are ignored; their outcome is already known to the caller)."""
-    live = [p for p in procs if not p.done]
+    live = list({id(p): p for p in procs if not p.done}.values())  # each once
     if not live:
         return
     now = time.monotonic()
