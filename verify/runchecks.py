@@ -34,6 +34,7 @@ def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:
     Imports are local so that check modules may import ``RunCheck`` from here.
     """
     from .attemptcheck import attempt_check
+    from .budgetcheck import budget_check
 
-    makers: list[RunCheckFactory] = [attempt_check]
+    makers: list[RunCheckFactory] = [attempt_check, budget_check]
     return [make(run, plan) for make in makers]
