@@ -361,3 +361,24 @@ def test_probing_is_spaced_by_its_own_cost(tmp_path: Path) -> None:
     # probing took at most 1/PROBE_SHARE of the run, plus the baseline and the last probe
     spent_s = (stats.total_ns - 2 * stats.max_ns) / 1e9
     assert spent_s <= outcome.result.duration_ms / 1000 / PROBE_SHARE
+
+
+def test_on_output_error_propagates_and_close_leaves_nothing(tmp_path: Path) -> None:
+    def meter(stream: str, chunk: bytes) -> None:
+        raise RuntimeError("meter broke")
+
+    code = "import time; print('usage', flush=True); time.sleep(30)"
+    proc = Supervised.start(
+        [PY, "-c", code], cwd=tmp_path, limits=Limits(wall_s=20), on_output=meter
+    )
+    assert proc.identity is not None
+    pid = proc.identity.pid
+    with pytest.raises(RuntimeError, match="meter broke"):
+        for _ in range(200):
+            proc.step(0.05)
+    assert not proc.done and not is_dead(pid)  # still supervised, still running
+    proc.close()
+    outcome = proc.outcome
+    assert outcome is not None and outcome.anomaly == "killed:close"
+    assert outcome.result.stdout == b"usage\n"
+    assert is_dead(pid)
