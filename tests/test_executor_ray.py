@@ -266,10 +266,18 @@ def test_kill_cancels_the_unit_and_reports_why(cluster: Cluster, repo: Path) -> 
     assert handle.step(1.0) is None
     handle.kill("stop")
     outcome = _wait(handle, 30)
-    assert outcome.anomaly == "stop"
+    assert outcome.anomaly == "killed:stop"  # as supervise.Supervised.kill reports it
     assert outcome.result.exit_code is None
     handle.kill("stop")  # a finished handle ignores a second kill
     assert handle.step(0) is outcome
+
+
+def test_a_silent_agent_comes_back_hung_from_the_worker(cluster: Cluster, repo: Path) -> None:
+    unit = _unit(repo, "s1", SLEEPER, args=("30",), idle_s=0.5, wall_s=30.0)
+    outcome = _wait(cluster.executor.submit(unit, CODER), 30)
+    assert outcome.anomaly == "hung" and not outcome.result.timed_out
+    assert 500 <= outcome.idle_ms < 10_000
+    assert outcome.result.duration_ms < 10_000  # long before the wall-clock limit
 
 
 HOSTILE = r"""

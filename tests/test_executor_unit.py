@@ -123,6 +123,7 @@ def test_run_unit_commits_the_agent_work_and_the_branch_comes_back(
     unit = _unit(repo)
     out = run_unit(unit, tmp_path / "worker")
     assert out.result.exit_code == 0, out.result.stderr
+    assert out.anomaly is None
     assert b"agent out: on stdin" in out.result.stdout
     assert out.result.stderr == b"agent err\n"
     assert out.tip != unit.base and out.branch_bundle is not None
@@ -154,9 +155,23 @@ def test_run_unit_enforces_the_wall_clock_limit(repo: Path, tmp_path: Path) -> N
     unit = _unit(repo, argv=(sys.executable, "-c", "import time; time.sleep(30)"),
                  scratch={}, wall_s=0.5, grace_s=0.2)  # fmt: skip
     out = run_unit(unit, tmp_path / "worker")
+    assert out.anomaly == "timeout"
     # Killed by SIGTERM: a signal unsandboxed, 143 (128 + 15) through bubblewrap.
     assert out.result.timed_out and out.result.exit_code in (None, 143)
     assert out.result.duration_ms < 10_000
+
+
+def test_run_unit_reaps_a_silent_agent_as_hung(repo: Path, tmp_path: Path) -> None:
+    unit = _unit(repo, argv=(sys.executable, "-c", "import time; time.sleep(30)"),
+                 scratch={}, wall_s=30.0, idle_s=0.5, grace_s=0.2)  # fmt: skip
+    out = run_unit(unit, tmp_path / "worker")
+    assert out.anomaly == "hung" and not out.result.timed_out
+    assert out.idle_ms >= 500 and out.result.duration_ms < 10_000
+
+
+def test_unit_refuses_limits_the_supervisor_refuses(repo: Path) -> None:
+    with pytest.raises(ValueError, match="wall_s"):
+        _unit(repo, wall_s=0)
 
 
 def test_run_unit_applies_the_environment_allow_list(repo: Path, tmp_path: Path) -> None:

@@ -11,8 +11,11 @@ Polling, never blocking: :meth:`RayHandle.step` asks ``ray.wait`` with a timeout
 single-threaded tick loop can keep N batches in flight on the cluster as it does local
 processes.
 
-Failures: a lost worker, a dead node, an object that cannot be fetched, any
-``ray.exceptions.RayError`` is an outcome with anomaly ``crash`` (the loop restarts the
+Outcomes are ``harness.orchestrate.supervise.Outcome``, as for local processes: the worker
+supervises the agent itself (wall clock, lifetime, idle: ``timeout``/``lifetime``/``hung``
+come back from it), :meth:`RayHandle.kill` gives ``killed:<why>``. A lost worker, a dead node,
+an object that cannot be fetched, any ``ray.exceptions.RayError`` is an outcome with anomaly
+``crash`` (the loop restarts the
 batch as a new, recorded attempt). Ray's own retries are off (``max_retries=0``): a retried
 task would run an agent a second time without a record of the first.
 
@@ -31,27 +34,17 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..model import ProcResult
+from ..supervise import Outcome
+from ..supervise.limits import check_why
 from .unit import AgentUnit, UnitResult, run_unit_in_tempdir
 
 __all__ = ["Outcome", "RayExecutor", "RayHandle", "role_resources"]
 
 NAMESPACE = "harness"
 _ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a supervised agent ended. A local copy of the fields of
-    ``harness.orchestrate.supervise.process.Outcome`` (helper H1), until that class exists."""
-
-    result: ProcResult
-    anomaly: str | None
-    """None, or one of timeout, hung, lifetime, budget, stop, crash."""
-    idle_ms: int
 
 
 def role_resources(role: str) -> dict[str, float]:
@@ -102,17 +95,14 @@ class RayHandle:
             return None
         try:
             value = ray.get(self._ref)
-        except ray.exceptions.TaskCancelledError as exc:
-            self._outcome = Outcome(
-                _crash_result(f"cancelled ({self._killed or 'by ray'}): {exc}", self._started),
-                self._killed or "crash",
-                0,
-            )
         except ray.exceptions.RayError as exc:
-            # Worker or node lost, object lost, the task raised (a bad base bundle, git
-            # failing on the worker): all restart the batch.
-            anomaly = self._killed or "crash"
+            # Cancelled by kill(), worker or node lost, object lost, the task raised (a bad
+            # base bundle, git failing on the worker): the batch restarts, unless killed on
+            # purpose, when the kill's reason is the anomaly.
             why = f"{type(exc).__name__}: {str(exc)[:2000]}"
+            if self._killed is not None:
+                why = f"killed ({self._killed}): {why}"
+            anomaly = f"killed:{self._killed}" if self._killed is not None else "crash"
             self._outcome = Outcome(_crash_result(why, self._started), anomaly, 0)
         else:
             if not isinstance(value, UnitResult):
@@ -120,13 +110,16 @@ class RayHandle:
                 self._outcome = Outcome(_crash_result(why, self._started), "crash", 0)
             else:
                 self.unit_result = value
-                anomaly = self._killed or ("timeout" if value.result.timed_out else None)
-                self._outcome = Outcome(value.result, anomaly, 0)
+                # Finished before a kill reached it: the worker's own account stands.
+                self._outcome = Outcome(value.result, value.anomaly, value.idle_ms)
         return self._outcome
 
     def kill(self, why: str) -> None:
-        """Force-cancel the task (its worker process is killed); the next :meth:`step`
-        reports ``why`` as the anomaly. A unit that already finished keeps its outcome."""
+        """Force-cancel the task (its worker process is killed, and with it the sandboxed
+        agent: bubblewrap's ``--die-with-parent``); the next :meth:`step` reports
+        ``"killed:<why>"``, as ``Supervised.kill`` does. A unit that already finished keeps
+        its outcome. ``why``: a short lowercase token ("stop", "budget")."""
+        check_why(why)
         if self._outcome is not None or self._killed is not None:
             return
         import ray

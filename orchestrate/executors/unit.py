@@ -32,13 +32,14 @@ from typing import Any
 
 from .. import git
 from ..model import ProcResult
-from ..proc import run_process
 from ..sandbox import BASE_NAMES, BatchDirs, Sandbox, Settings, support_for
 from ..sandbox.policy import argv_files
+from ..supervise import MAX_LIFETIME_S, Limits, Supervised
 from .gitbundle import branch_bundle, unpack_base
 
 __all__ = ["AgentUnit", "UnitResult", "run_unit", "run_unit_in_tempdir"]
 
+_STEP_S = 1.0
 IO_PLACEHOLDER = "{io}"
 TREE_PLACEHOLDER = "{tree}"
 
@@ -63,7 +64,8 @@ class AgentUnit:
     """Files written into the io folder before the agent starts: relative name -> content."""
     wall_s: float = 600.0
     idle_s: float | None = None
-    """The idle limit; carried for the supervisor, not enforced by :func:`run_unit` yet."""
+    """No progress (output, worktree change) for this long: ``hung`` (None: never)."""
+    lifetime_s: float = MAX_LIFETIME_S
     grace_s: float = 2.0
     settings: Settings = field(default_factory=Settings)
     network: bool = False
@@ -79,6 +81,16 @@ class AgentUnit:
             raise ValueError(f"unit {self.batch}: empty argv")
         for name in self.scratch:
             _scratch_path(name)  # raises on an unsafe name
+        self.limits()  # raises on limits the supervisor refuses, before anything ships
+
+    def limits(self) -> Limits:
+        """The supervisor's limits for the agent (the lifetime cap never above the wall)."""
+        return Limits(
+            wall_s=self.wall_s,
+            idle_s=self.idle_s,
+            lifetime_s=min(self.lifetime_s, self.wall_s, MAX_LIFETIME_S),
+            grace_s=self.grace_s,
+        )
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,10 @@ class UnitResult:
     """What comes back: exit facts and transcript, the tip, the branch bundle, the profile."""
 
     result: ProcResult
+    anomaly: str | None
+    """The supervisor's: None, "timeout", "hung" or "lifetime" (see ``supervise.Outcome``)."""
+    idle_ms: int
+    """The longest silence the worker's supervisor observed, in ms."""
     tip: str
     """The branch tip after the final commit (the base when nothing changed)."""
     branch_bundle: bytes | None
@@ -110,8 +126,10 @@ def run_unit(unit: AgentUnit, workdir: Path) -> UnitResult:
 
     Clones the base bundle into ``workdir/repo.git`` (bare), checks the branch out at the base
     in ``workdir/batch/tree``, writes the scratch files to ``workdir/batch/io``, runs the agent
-    sandboxed with :func:`~harness.orchestrate.proc.run_process` (wall-clock limit, grace,
-    group kill), commits everything (``git.commit_all``) and returns the result. Raises
+    sandboxed as a :class:`~harness.orchestrate.supervise.Supervised` process stepped to
+    completion (wall clock, lifetime cap, idle limit on output and worktree changes, grace,
+    group kill: what ``run_process`` does, plus ``hung``), commits everything
+    (``git.commit_all``) and returns the result. Raises
     ``GitError``/``BundleError`` for a bad base bundle (the caller reports it as a crash).
     """
     workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -139,19 +157,26 @@ def run_unit(unit: AgentUnit, workdir: Path) -> UnitResult:
         network=unit.network,
         adapter_env=sorted(set(unit.env) - set(BASE_NAMES)),
     )
-    result = run_process(
+    proc = Supervised.start(
         sandbox.argv(profile, argv),
         cwd=dirs.tree,
-        timeout_s=unit.wall_s,
-        grace_s=unit.grace_s,
+        limits=unit.limits(),
         env=env,
         stdin=unit.stdin,
         sandboxed=profile.kind == "bwrap",
+        progress_paths=[dirs.tree],
     )
+    try:
+        while (outcome := proc.step(_STEP_S)) is None:
+            pass
+    finally:
+        proc.close()  # an exception escaped the loop: leave nothing behind
     git.commit_all(dirs.tree, unit.message or unit.batch, date=unit.git_date)
     tip = git.head(dirs.tree)  # also covers commits the agent made itself
     bundle = branch_bundle(repo, unit.branch, unit.base)
-    return UnitResult(result, tip, bundle, profile.to_json())
+    return UnitResult(
+        outcome.result, outcome.anomaly, outcome.idle_ms, tip, bundle, profile.to_json()
+    )
 
 
 def run_unit_in_tempdir(unit: AgentUnit) -> UnitResult:
