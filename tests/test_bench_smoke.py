@@ -29,6 +29,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["hostile.py", "--receipts", "20", "40"],
         ["policy.py", "--tasks", "60"],
         ["sealing.py", "--records", "300", "--every", "50", "--rounds", "1"],
+        ["budget.py", "--megabytes", "1", "--calls", "1000"],
     ],
     ids=lambda args: args[0],
 )
