@@ -101,10 +101,12 @@ def _run(task: str, role: str, batch: str, budget: Body | None, *middle: Any) ->
     return [
         _move(task, "planned", "open"),
         _move(task, "open", "claimed"),
+        ("audit", "lock.acquire", {"batch": batch, "globs": ["**"]}),
         _spawn(batch, task, role, budget),
         _move(task, "claimed", "in_progress"),
         *middle,
         _move(task, "in_progress", "failed"),
+        ("audit", "lock.release", {"batch": batch, "reason": "retired"}),
     ]
 
 
@@ -198,10 +200,12 @@ def _spawn_denied(records: Records) -> Records:
     """b0004 is spawned (and exits) instead of being denied."""
     at = _index(records, "budget.exceeded", "b0004")
     records[at : at + 2] = [
+        ("audit", "lock.acquire", {"batch": "b0004", "globs": ["**"]}),
         _spawn("b0004", "t4", "tester"),
         _move("t4", "claimed", "in_progress"),
         _exit("b0004", 10, None),
         _move("t4", "in_progress", "failed"),
+        ("audit", "lock.release", {"batch": "b0004", "reason": "retired"}),
     ]
     return records
 
@@ -209,10 +213,12 @@ def _spawn_denied(records: Records) -> Records:
 def _spawn_after_deny(records: Records) -> Records:
     at = _index(records, "budget.exceeded", "b0004")
     records[at + 1 : at + 2] = [
+        ("audit", "lock.acquire", {"batch": "b0004", "globs": ["**"]}),
         _spawn("b0004", "t4", "tester"),
         _move("t4", "claimed", "in_progress"),
         _exit("b0004", 10, None),
         _move("t4", "in_progress", "failed"),
+        ("audit", "lock.release", {"batch": "b0004", "reason": "retired"}),
     ]
     return records
 

@@ -118,7 +118,7 @@ def lawful() -> Records:
         "attempt": 1,
         "idle_ms": None,
         "lifetime_ms": 1000,
-        "lock": ["**"],
+        "lock": ["src/**"],
         "budget": {"wall_ms": None, "tokens": None, "cost_micros": None},
     }
     integrity = {
@@ -146,6 +146,7 @@ def lawful() -> Records:
         ("audit", "capsule.check", _check(T1, [])),
         _move("t1", "planned", "open"),
         _move("t1", "open", "claimed"),
+        ("audit", "lock.acquire", {"batch": "b0001", "globs": ["src/**"]}),
         ("audit", "agent.spawn", spawn),
         _move("t1", "claimed", "in_progress"),
         ("lineage", "artifact.write", _write("src/a.py")),
@@ -157,6 +158,7 @@ def lawful() -> Records:
         ("audit", "merge.result", {"task": "t1", "branch": BRANCH, "merged": True, "commit": TIP,
                                    "reason": "clean"}),
         _move("t1", "gating", "done"),
+        ("audit", "lock.release", {"batch": "b0001", "reason": "retired"}),
         ("audit", "run.end", {"outcome": "completed"}),
     ]  # fmt: skip
 
@@ -235,10 +237,11 @@ def test_capsule_check_that_disagrees_with_its_inputs_is_refused(tmp_path: Path)
 
 
 def test_done_with_an_unchecked_edit_is_refused(tmp_path: Path) -> None:
-    """The check is self-consistent but never saw the lineage's second edit (docs/x.md)."""
+    """The check is self-consistent but never saw the lineage's second edit (src/b.py, inside
+    the batch's lock: the write-lock check has nothing to say)."""
     records = lawful()
     at = next(i for i, r in enumerate(records) if r[1] == "artifact.write")
-    records.insert(at + 1, ("lineage", "artifact.write", {**_write("docs/x.md"), "step": 1}))
+    records.insert(at + 1, ("lineage", "artifact.write", {**_write("src/b.py"), "step": 1}))
     _refused(_verify(tmp_path, records), "t1", "capsule")
 
 

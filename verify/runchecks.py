@@ -35,6 +35,7 @@ def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:
     """
     from .attemptcheck import attempt_check
     from .budgetcheck import budget_check
+    from .lockcheck import lock_check
 
-    makers: list[RunCheckFactory] = [attempt_check, budget_check]
+    makers: list[RunCheckFactory] = [attempt_check, budget_check, lock_check]
     return [make(run, plan) for make in makers]
