@@ -104,10 +104,11 @@ class RunRecorder:
         return writer
 
     def _after_append(self, writer: StoreWriter) -> None:
-        """Seal ``writer`` if a threshold is reached (StoreWriter's post-append hook)."""
+        """Seal ``writer`` if a threshold is reached (StoreWriter's post-append hook, so at
+        least one record is unsealed). A failure to seal (an I/O error, or a store that lost
+        records an existing checkpoint covers) propagates from the append call, after its
+        records are durable: the run must stop rather than go on unsealed or forked."""
         unsealed = writer.unsealed
-        if unsealed <= 0:
-            return
         by_count = self._seal_records is not None and unsealed >= self._seal_records
         by_time = self._seal_s is not None and (
             self._monotonic() - self._sealed_at[writer.store] >= self._seal_s

@@ -21,6 +21,7 @@ import pytest
 
 from harness.receipts.bundle import export_bundle
 from harness.receipts.run import RunRecorder
+from harness.receipts.store import StoreError
 from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import canonical_bytes
 from harness.verify.checkpoint import parse_checkpoint
@@ -237,6 +238,25 @@ def test_a_resumed_recorder_counts_from_the_newest_checkpoint_on_disk(tmp_path: 
     assert _sizes(tmp_path) == [10, 20, 30]
 
 
+def test_a_store_that_lost_sealed_records_counts_from_what_it_still_has(tmp_path: Path) -> None:
+    """Checkpoints beyond the store (its tail was lost under them) are not "sealed so far";
+    sealing over one of them is refused, from the append that reaches it."""
+    with RunRecorder(tmp_path, RUN_ID, KEYS, seal_every_records=10) as run:
+        for n in range(25):
+            run.record("audit", "event", _event(n))
+    path = tmp_path / "runs" / RUN_ID / "audit.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:15]))
+    with RunRecorder(tmp_path, RUN_ID, KEYS, seal_every_records=10) as run:
+        writer = run.store("audit")
+        assert (writer.sealed_size, writer.unsealed) == (10, 5)
+        for n in range(4):
+            run.record("audit", "event", _event(n, "-other"))
+        with pytest.raises(StoreError, match="refusing to replace a signed checkpoint"):
+            run.record("audit", "event", _event(4, "-other"))
+        assert writer.size == 20  # durable, but the run cannot go on sealed: it must stop
+
+
 @pytest.mark.parametrize(
     ("option", "value", "error"),
     [
@@ -426,6 +446,7 @@ _CHILD = """
 import sys
 from pathlib import Path
 from harness.receipts.run import RunRecorder
+from harness.receipts.store import StoreError
 from tests.evidence_helpers import make_keys
 
 state = Path(sys.argv[1])
