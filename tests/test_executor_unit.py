@@ -307,6 +307,39 @@ def test_bundle_whose_prerequisite_is_not_an_ancestor_of_the_base_is_refused(
     _refused(repo, path.read_bytes(), "not an ancestor of the base", base)
 
 
+def _pack(repo: Path, *oids: str) -> bytes:
+    """A pack of exactly these objects (what a hostile worker can put in a bundle)."""
+    return subprocess.run(
+        ["git", "pack-objects", "--stdout", "-q"],
+        cwd=repo,
+        input="".join(f"{oid}\n" for oid in oids).encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
+def test_bundle_whose_branch_names_a_tag_object_is_refused(repo: Path, tmp_path: Path) -> None:
+    """git itself will not point a branch at a tag; a handmade bundle can."""
+    tree, base = _worker_clone(repo, tmp_path)
+    _git(tree, "-c", "user.name=t", "-c", "user.email=t@t", "tag", "-a", "-m", "t", "annotated")
+    tag = _git(tree, "rev-parse", "refs/tags/annotated")
+    data = f"# v2 git bundle\n-{base} x\n{tag} refs/heads/{BRANCH}\n\n".encode()
+    _refused(repo, data + _pack(tree, tag), "points at a tag, not a commit", base)
+
+
+def test_bundle_with_incomplete_history_is_refused(repo: Path, tmp_path: Path) -> None:
+    """A pack holding the tip commit but not its tree: index-pack accepts it, git does not
+    check connectivity on unbundle; the rev-list walk does."""
+    tree, base = _worker_clone(repo, tmp_path)
+    (tree / "a.txt").write_text("a")
+    tip = git.commit_all(tree, "a", date=DATE)
+    assert tip is not None
+    data = f"# v2 git bundle\n-{base} a\n{tip} refs/heads/{BRANCH}\n\n".encode()
+    data += _pack(tree, tip)
+    _refused(repo, data, "incomplete", base)
+    assert _no_object(repo, tip)
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
