@@ -196,6 +196,14 @@ def _move_after(kind: str, batch: str, after: str) -> Callable[[Records], Record
     return apply
 
 
+def _insert_after(kind: str, batch: str, record: Any) -> Callable[[Records], Records]:
+    def apply(records: Records) -> Records:
+        records.insert(_index(records, kind, batch) + 1, record)
+        return records
+
+    return apply
+
+
 def _spawn_denied(records: Records) -> Records:
     """b0004 is spawned (and exits) instead of being denied."""
     at = _index(records, "budget.exceeded", "b0004")
@@ -318,6 +326,66 @@ REFUSALS: list[tuple[str, Callable[[Records], Records], str, str]] = [
         _change("budget.exceeded", "b0003", lambda b: {**b, "decision": "deny"}),
         "b0003",
         "a spawn is denied after the batch was spawned",
+    ),
+    (
+        "deny-though-not-exhausted",
+        _insert_after(
+            "agent.exit", "b0001", _exceeded("b0009", "task", "t1", "tokens", 100, 60, "deny")
+        ),
+        "b0009",
+        "denied with task 't1' tokens used 60; the ledger holds 60 of 100",
+    ),
+    (
+        "second-kill",
+        _insert_after(
+            "budget.exceeded",
+            "b0003",
+            _exceeded("b0003", "run", "run", "cost_micros", 500_000, 600_000, "kill"),
+        ),
+        "b0003",
+        "a second kill (the first at runs/r1/stores/audit.jsonl line",
+    ),
+    (
+        "kill-of-a-batch-not-running",
+        _change("budget.exceeded", "b0003", lambda b: {**b, "batch": "b0099"}),
+        "b0099",
+        "a kill for a batch that is not running",
+    ),
+    (
+        "run-scope-misnamed",
+        _change("budget.exceeded", "b0003", lambda b: {**b, "name": "all"}),
+        "b0003",
+        "the run scope is named 'run', not 'all'",
+    ),
+    (
+        "unknown-scope",
+        _change("budget.exceeded", "b0003", lambda b: {**b, "scope": "team"}),
+        "b0003",
+        "unknown scope 'team' or resource 'cost_micros'",
+    ),
+    (
+        "unknown-resource",
+        _change("budget.exceeded", "b0003", lambda b: {**b, "resource": "gpu_ms"}),
+        "b0003",
+        "unknown scope 'run' or resource 'gpu_ms'",
+    ),
+    (
+        "exit-twice",
+        _insert_after("agent.exit", "b0002", _exit("b0002", 1, None)),
+        "b0002",
+        "an exit of a batch that is not running",
+    ),
+    (
+        "spawn-of-mixed-roles",
+        _change("agent.spawn", "b0001", lambda b: {**b, "tasks": ["t1", "t3"]}),
+        "b0001",
+        "its tasks have roles ['coder', 'tester'], not one role",
+    ),
+    (
+        "spawn-budget-malformed",
+        _change("agent.spawn", "b0001", lambda b: {**b, "budget": {"tokens": 100}}),
+        "b0001",
+        "budget must be an object with exactly wall_ms, tokens, cost_micros",
     ),
     # (c) a spawn though a budget is exhausted
     (

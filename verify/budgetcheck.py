@@ -11,9 +11,10 @@ keeps (``harness.verify.rules.budget``; docs/spec/runtime.md, "Budgets"):
 * ``budget.exceeded``: ``limit`` is the plan's for that scope, name and resource. Decision
   ``deny`` is a spawn-time refusal: the batch was never spawned and is not spawned later,
   ``used`` is exactly the ledger's and at least the limit. Decision ``kill`` is a live breach
-  of a running batch: the scope is one of the batch's, ``used`` is over the limit, at least
-  what the ledger held when the batch was spawned, and (checked at the batch's exit) at most
-  what the ledger holds once the batch's own usage is charged; one per batch;
+  of a running batch: the scope is one of the batch's, ``used`` is over the limit and (checked
+  at the batch's exit) at most what the ledger holds once the batch's own usage is charged;
+  one per batch. (A lower bound is implied: the spawn passed ``exhausted``, so the ledger
+  then held less than the limit, and ``used`` is over it);
 * ``agent.exit``: ``usage`` is null or ``{input_tokens, output_tokens, cost_micros}``; the
   batch is charged; if a budget of the batch is then over its limit, a ``kill`` for that
   batch must have been recorded before this record (and the exit's ``anomaly`` is
@@ -135,7 +136,7 @@ def _show(limits: Limits) -> str:
 class _Batch:
     tasks: tuple[str, ...]
     role: str
-    at_spawn: dict[tuple[Scope, str], Usage]
+    scopes: frozenset[tuple[Scope, str]]
     kill: Mapping[str, Any] | None = None
     kill_where: str = ""
     exited: bool = False
@@ -216,8 +217,7 @@ class BudgetCheck:
                 f"spawned though {exhausted.scope} {exhausted.name!r} has used "
                 f"{exhausted.used} of its {exhausted.limit} {exhausted.resource}",
             )
-        at_spawn = {key: self.ledger.used(*key) for key in Ledger.scopes(tasks, role)}
-        self.batches[batch] = _Batch(tasks, role, at_spawn)
+        self.batches[batch] = _Batch(tasks, role, frozenset(Ledger.scopes(tasks, role)))
 
     def _exceeded(self, body: Mapping[str, Any], where: str) -> None:
         batch = body["batch"]
@@ -252,15 +252,14 @@ class BudgetCheck:
             raise _refuse(where, batch, "a kill for a batch that is not running")
         if state.kill is not None:
             raise _refuse(where, batch, f"a second kill (the first at {state.kill_where})")
-        if (scope, name) not in state.at_spawn:
+        if (scope, name) not in state.scopes:
             raise _refuse(where, batch, f"{scope} {name!r} is not a budget of this batch")
-        floor = state.at_spawn[(scope, name)].get(resource)
-        if used <= limit or used < floor:
+        if used <= limit:
             raise _refuse(
                 where,
                 batch,
                 f"killed with {scope} {name!r} {resource} used {used}, which is not over its "
-                f"limit {limit} (or below the {floor} charged when it was spawned)",
+                f"limit {limit}",
             )
         state.kill, state.kill_where = body, where
 
