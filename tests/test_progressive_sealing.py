@@ -121,6 +121,26 @@ def test_report_carries_largest_unsealed_in_json_and_text(sealed: tuple[Path, by
     assert "(10 checkpoints)" in row
 
 
+def test_harness_verify_json_and_text_show_it(sealed: tuple[Path, bytes], tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle.tar"
+    bundle.write_bytes(sealed[1])
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "harness.verify.cli", *args, "--trusted-key", KEYS.key_id,
+             str(bundle)],
+            cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+
+    done = cli("--format", "json")
+    assert done.returncode == 0, done.stderr
+    stores = {s["store"]: s for s in json.loads(done.stdout)["stores"]}
+    assert (stores["audit"]["largest_unsealed"], stores["control"]["largest_unsealed"]) == (10, 0)
+    text = cli().stdout
+    assert "MAX-UNSEALED" in text
+    assert "at most 10 records unsealed at once (run-1/audit)" in text
+
+
 def test_without_sealing_the_whole_store_was_unsealed(tmp_path: Path) -> None:
     _record(tmp_path / "state", 95)
     assert _sizes(tmp_path / "state") == [95]
