@@ -22,8 +22,9 @@ from harness.orchestrate.executors.gitbundle import (
     parse_header,
     unpack_base,
 )
-from harness.orchestrate.executors.unit import AgentUnit, run_unit
-from harness.orchestrate.sandbox import Settings, probe
+from harness.orchestrate.executors.unit import AgentUnit, portable_unit, run_unit
+from harness.orchestrate.sandbox import BatchDirs, Settings, probe, sandbox_env
+from harness.orchestrate.supervise import Limits
 
 DATE = "2024-01-02T03:04:05+00:00"
 BRANCH = "harness/run1/b1"
@@ -212,6 +213,69 @@ def test_run_unit_sandboxes_the_agent_on_the_worker(repo: Path, tmp_path: Path) 
 def test_unit_refuses_unsafe_scratch_names(repo: Path, name: str) -> None:
     with pytest.raises(ValueError, match="scratch file name"):
         _unit(repo, scratch={name: b"x"})
+
+
+# --- a batch prepared on the coordinator, run on a worker, landed in its worktree --------
+
+
+def _prepared(repo: Path, tmp_path: Path) -> tuple[BatchDirs, str, list[str]]:
+    base = git.head(repo)
+    dirs = BatchDirs(tmp_path / "work" / "b1")
+    dirs.create()
+    git.add_worktree(repo, dirs.tree, BRANCH, base)
+    (dirs.io / "prompt.txt").write_text("the prompt")
+    (dirs.io / "agent.py").write_text(AGENT)
+    argv = [sys.executable, str(dirs.io / "agent.py"), str(dirs.io / "prompt.txt"),
+            str(Path.home()), "0"]  # fmt: skip
+    return dirs, base, argv
+
+
+def _portable(repo: Path, dirs: BatchDirs, base: str, argv: list[str]) -> AgentUnit:
+    return portable_unit(
+        batch="b1", base=base, branch=BRANCH, repo=repo, dirs=dirs, argv=argv,
+        env=sandbox_env(os.environ, home=dirs.home), stdin=b"in", limits=Limits(wall_s=30),
+        settings=Settings(opt_out=not BWRAP), network=False, message="b1: t1", git_date=DATE,
+    )  # fmt: skip
+
+
+def test_a_locally_prepared_batch_runs_on_a_worker_and_lands_in_its_worktree(
+    repo: Path, tmp_path: Path
+) -> None:
+    dirs, base, argv = _prepared(repo, tmp_path)
+    unit = _portable(repo, dirs, base, argv)
+    assert unit.argv[1:3] == ("{io}/agent.py", "{io}/prompt.txt")
+    assert set(unit.scratch) == {"agent.py", "prompt.txt"} and "HOME" not in unit.env
+    assert str(dirs.root).encode() not in pickle.dumps(unit)
+    out = run_unit(unit, tmp_path / "worker")
+    assert out.result.exit_code == 0, out.result.stderr
+    assert out.branch_bundle is not None
+    tip = apply_branch_bundle(repo, out.branch_bundle, branch=BRANCH, base=base, tip=out.tip,
+                              worktree=dirs.tree)  # fmt: skip
+    assert tip == out.tip == git.head(dirs.tree) == git.head(repo, BRANCH)
+    assert (dirs.tree / "made.txt").read_text() == "made from: the prompt"
+    assert git.is_clean(dirs.tree)
+
+
+def test_landing_in_a_worktree_that_moved_is_refused(repo: Path, tmp_path: Path) -> None:
+    dirs, base, argv = _prepared(repo, tmp_path)
+    out = run_unit(_portable(repo, dirs, base, argv), tmp_path / "worker")
+    assert out.branch_bundle is not None
+    (dirs.tree / "local.txt").write_text("not from the worker")
+    with pytest.raises(BundleError, match="not clean at the base"):
+        apply_branch_bundle(repo, out.branch_bundle, branch=BRANCH, base=base,
+                            worktree=dirs.tree)  # fmt: skip
+    assert git.head(repo, BRANCH) == base
+    with pytest.raises(BundleError, match="does not have branch"):
+        apply_branch_bundle(repo, out.branch_bundle, branch=BRANCH, base=base, worktree=repo)
+
+
+def test_a_unit_that_would_name_a_coordinator_folder_is_refused(repo: Path, tmp_path: Path) -> None:
+    dirs, base, argv = _prepared(repo, tmp_path)
+    with pytest.raises(ValueError, match="still names the batch folder"):
+        _portable(repo, dirs, base, [*argv, str(dirs.gate_home)])
+    (dirs.io / "link").symlink_to("/etc/passwd")
+    with pytest.raises(ValueError, match="not a regular file"):
+        _portable(repo, dirs, base, argv)
 
 
 # --- hostile branch bundles ------------------------------------------------------------

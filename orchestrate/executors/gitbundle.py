@@ -210,18 +210,32 @@ def apply_branch_bundle(
     base: str,
     tip: str | None = None,
     max_bytes: int = MAX_BUNDLE_BYTES,
+    worktree: Path | None = None,
 ) -> str:
     """On the coordinator: store a worker's branch bundle as ``refs/heads/<branch>``.
 
-    ``tip``: the tip the worker reported (refused when the bundle's differs). Refusals (see
+    ``tip``: the tip the worker reported (refused when the bundle's differs). Without
+    ``worktree`` the branch must not exist yet. With ``worktree`` (the batch's own worktree,
+    made at claim as for a local agent) the branch must be the one checked out there, still at
+    ``base``, and the worktree clean; the branch is moved to the tip (only from ``base``) and
+    the worktree's files follow, so gates run on exactly the worker's commit. Refusals (see
     the module docstring) raise :class:`BundleError` and leave the repository unchanged.
     Returns the branch's tip.
     """
     if len(data) > max_bytes:
         raise BundleError(f"bundle of {len(data)} bytes exceeds the limit of {max_bytes}")
     base = git.head(repo, base)
-    if git.branch_exists(repo, branch):
-        raise BundleError(f"branch {branch} already exists in {repo}; it is not overwritten")
+    ref = f"refs/heads/{branch}"
+    if worktree is None:
+        if git.branch_exists(repo, branch):
+            raise BundleError(f"branch {branch} already exists in {repo}; it is not overwritten")
+        old = ""  # update-ref: only if it does not exist
+    else:
+        if git.current_branch(worktree) != branch:
+            raise BundleError(f"worktree {worktree} does not have branch {branch} checked out")
+        if git.head(worktree) != base or not git.is_clean(worktree):
+            raise BundleError(f"worktree {worktree} is not clean at the base {base}")
+        old = base
     objects = _common_dir(repo) / "objects"
     with tempfile.TemporaryDirectory(prefix="harness-bundle-") as tmp:
         path = _write(Path(tmp), data)
@@ -233,5 +247,7 @@ def apply_branch_bundle(
             _git(repo, "bundle", "unbundle", str(path))
         finally:
             shutil.rmtree(quarantine, ignore_errors=True)
-    _git(repo, "update-ref", f"refs/heads/{branch}", oid, "")  # "": only if it did not exist
+    _git(repo, "update-ref", ref, oid, old)
+    if worktree is not None:
+        _git(worktree, "reset", "-q", "--hard", oid)
     return oid

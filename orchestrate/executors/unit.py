@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -35,9 +35,9 @@ from ..model import ProcResult
 from ..sandbox import BASE_NAMES, BatchDirs, Sandbox, Settings, support_for
 from ..sandbox.policy import argv_files
 from ..supervise import MAX_LIFETIME_S, Limits, Supervised
-from .gitbundle import branch_bundle, unpack_base
+from .gitbundle import base_bundle, branch_bundle, unpack_base
 
-__all__ = ["AgentUnit", "UnitResult", "run_unit", "run_unit_in_tempdir"]
+__all__ = ["AgentUnit", "UnitResult", "portable_unit", "run_unit", "run_unit_in_tempdir"]
 
 _STEP_S = 1.0
 IO_PLACEHOLDER = "{io}"
@@ -119,6 +119,73 @@ def _scratch_path(name: str) -> PurePosixPath:
 
 def _fill(arg: str, dirs: BatchDirs) -> str:
     return arg.replace(IO_PLACEHOLDER, str(dirs.io)).replace(TREE_PLACEHOLDER, str(dirs.tree))
+
+
+_WORKER_SET = ("HOME", "TMPDIR")
+"""Environment names the worker sets for its own folders (dropped from a unit's env)."""
+
+
+def portable_unit(
+    *,
+    batch: str,
+    base: str,
+    branch: str,
+    repo: Path,
+    dirs: BatchDirs,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    stdin: bytes | None,
+    limits: Limits,
+    settings: Settings,
+    network: bool,
+    message: str,
+    git_date: str | None,
+    programs: Sequence[str] = (),
+) -> AgentUnit:
+    """The unit of a batch prepared on the coordinator as for a local agent.
+
+    ``argv`` is the adapter's command line (not wrapped in bubblewrap), ``env`` the agent's
+    environment as ``Sandbox.agent`` computed it; ``dirs`` the batch's folders, whose io
+    folder holds the scratch files (prompt, workfile) by now. The io folder and worktree paths
+    become ``{io}``/``{tree}``; ``HOME`` and ``TMPDIR`` are left to the worker. Raises
+    ValueError when the result would still name a coordinator folder of the batch (an
+    argument or value the placeholders do not cover) or the io folder holds anything but
+    regular files and folders.
+    """
+    root = str(dirs.root)
+    portable = tuple(
+        arg.replace(str(dirs.io), IO_PLACEHOLDER).replace(str(dirs.tree), TREE_PLACEHOLDER)
+        for arg in argv
+    )
+    values = {k: v for k, v in env.items() if k not in _WORKER_SET}
+    leaks = [a for a in portable if root in a] + [k for k, v in values.items() if root in v]
+    if leaks:
+        raise ValueError(f"unit {batch}: still names the batch folder {root}: {leaks!r}")
+    scratch: dict[str, bytes] = {}
+    for path in sorted(dirs.io.rglob("*")):
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            raise ValueError(f"unit {batch}: {path} is not a regular file")
+        if path.is_file():
+            scratch[path.relative_to(dirs.io).as_posix()] = path.read_bytes()
+    return AgentUnit(
+        batch=batch,
+        base=base,
+        branch=branch,
+        base_bundle=base_bundle(repo, base),
+        argv=portable,
+        env=values,
+        stdin=stdin,
+        scratch=scratch,
+        wall_s=limits.wall_s,
+        idle_s=limits.idle_s,
+        lifetime_s=limits.lifetime_s,
+        grace_s=limits.grace_s,
+        settings=settings,
+        network=network,
+        programs=tuple(programs),
+        message=message,
+        git_date=git_date,
+    )
 
 
 def run_unit(unit: AgentUnit, workdir: Path) -> UnitResult:
