@@ -230,6 +230,7 @@ def remove_worktree(repo: Path, path: Path, force: bool = True) -> None:
     if path.exists():
         args = ["worktree", "remove"] + (["--force", "--force"] if force else []) + [str(path)]
         _git(repo, *args)
+        return  # git removed its record of the worktree with it
     _git(repo, "worktree", "prune")
 
 
@@ -406,8 +407,9 @@ def merge(repo: Path, source_branch: str, message: str, *, date: str | None = No
     target = current_branch(repo)
     if target is None:
         raise GitError(f"merge into {repo}: HEAD is detached, no branch to merge into")
-    ours = head(repo)
-    theirs = head(repo, source_branch)
+    if source_branch.startswith("-"):
+        raise GitError(f"merge: {source_branch!r} is not a ref")
+    ours, theirs = _out(repo, "rev-parse", "HEAD^{commit}", f"{source_branch}^{{commit}}").split()
     is_ancestor = _git(repo, "merge-base", "--is-ancestor", theirs, ours, ok=(0, 1)).returncode == 0
     if is_ancestor:  # already merged: nothing to do
         return ours
@@ -427,7 +429,7 @@ def merge(repo: Path, source_branch: str, message: str, *, date: str | None = No
             repo, "commit-tree", check.tree, "-p", ours, "-p", theirs, "-m", message, date=date
         )
     _git(repo, "merge", "-q", "--ff-only", "--no-verify", new)
-    return head(repo)
+    return new  # --ff-only either moved HEAD to exactly ``new`` or failed
 
 
 def is_ignored(repo: Path, path: str | Path) -> bool:
@@ -443,6 +445,16 @@ def root_commits(repo: Path, commit: str) -> list[str]:
     """The root commits reachable from ``commit``, sorted: the repository's identity."""
     out = _out(repo, "rev-list", "--max-parents=0", "--end-of-options", commit)
     return sorted(set(out.split()))
+
+
+def commit_and_tree(repo: Path, ref: str = "HEAD") -> tuple[str, str]:
+    """``ref``'s commit id and its tree id, in one git call (the gate-integrity snapshot)."""
+    if ref.startswith("-"):
+        raise GitError(f"rev-parse: {ref!r} is not a ref")
+    out = _out(repo, "rev-parse", f"{ref}^{{commit}}", f"{ref}^{{tree}}").split()
+    if len(out) != 2:
+        raise GitError(f"rev-parse {ref}: expected a commit and a tree, got {out!r}")
+    return out[0], out[1]
 
 
 def tree_of(repo: Path, commit: str) -> str:

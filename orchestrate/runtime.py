@@ -24,12 +24,14 @@ This module is the loop only; the parts it drives live in ``harness.orchestrate.
 
 from __future__ import annotations
 
+import contextlib
+
 from harness.verify.fsm import TaskState
 from harness.verify.records import parse_record_line
 
 from .capabilities import check_task
 from .capsule import pre_spawn_violations
-from .runner.core import RunAbortedError, RunCore, RunSummary
+from .runner.core import ReplayMissError, RunAbortedError, RunCore, RunSummary
 from .runner.job import BatchJob
 from .runner.resume import resume, task_states
 from .runner.retire import retire
@@ -75,7 +77,15 @@ class Runtime(RunCore):
                     continue
                 quiet = 0
                 if self._advance(window):
-                    retire(self, window.pop(0))
+                    try:
+                        retire(self, window.pop(0))
+                    except ReplayMissError:
+                        # Strict replay: a miss aborts the whole run, recorded and sealed first.
+                        self._drain(window, stop=True)
+                        self.audit("run.end", {"outcome": "aborted: replay miss"})
+                        self.flush()
+                        self.recorder.checkpoint_all()
+                        raise
             outcome = "stopped" if stopped else "completed"
             self.audit("run.end", {"outcome": outcome})
             self.flush()
@@ -147,7 +157,8 @@ class Runtime(RunCore):
         while window:
             job = window[0]
             _settle(job)
-            retire(self, window.pop(0))
+            with contextlib.suppress(ReplayMissError):  # recorded; the run is ending anyway
+                retire(self, window.pop(0))
 
     def _max_in_flight(self) -> int:
         return self.plan.max_in_flight

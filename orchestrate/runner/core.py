@@ -43,6 +43,11 @@ class RunAbortedError(Exception):
     """The run stopped early (e.g. a strict-replay miss); its evidence is sealed."""
 
 
+class ReplayMissError(RunAbortedError):
+    """A strict-replay miss at retirement: the loop stops every other batch in flight,
+    records ``run.end`` and seals before it propagates."""
+
+
 class RunCore:
     """The state of one run (plan, stores, task states, counters) and its record primitives."""
 

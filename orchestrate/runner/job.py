@@ -302,8 +302,8 @@ class BatchJob:
 
 
 def worktree_state(worktree: Path) -> WorktreeState:
-    commit = git.head(worktree)
-    return WorktreeState(commit, git.tree_of(worktree, commit), git.is_clean(worktree))
+    commit, tree = git.commit_and_tree(worktree)
+    return WorktreeState(commit, tree, git.is_clean(worktree))
 
 
 def feedback_sha256(text: str) -> str:

@@ -32,7 +32,7 @@ from ..gates import GateResult
 from ..model import TaskSpec
 from ..replay import call_key, text_sha256
 from . import budgets
-from .core import RunAbortedError, RunCore
+from .core import ReplayMissError, RunCore
 from .job import BatchJob, feedback_sha256
 
 S = TaskState
@@ -75,7 +75,7 @@ def _retire(run: RunCore, job: BatchJob) -> None:
             "signal": result.signal,
             "timed_out": result.timed_out,
             "duration_ms": result.duration_ms,
-            "anomaly": outcome.anomaly,
+            "anomaly": attempt_rule.supervisor_class(outcome.anomaly),
             "usage": usage,
         },
     )
@@ -110,10 +110,7 @@ def _retire(run: RunCore, job: BatchJob) -> None:
             for task in job.tasks:
                 run.move(task.id, S.FAILED, f"agent failed: {why}")
             _release(run, job, "run aborted")
-            run.audit("run.end", {"outcome": "aborted: replay miss"})
-            run.flush()
-            run.recorder.checkpoint_all()
-            raise RunAbortedError(output.error)
+            raise ReplayMissError(output.error)
         anomaly = attempt_rule.classify(
             exit_anomaly=outcome.anomaly,
             signal=result.signal,

@@ -17,6 +17,7 @@ what they guarantee, docs/spec/runtime.md §14):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any, Final, Literal
 
@@ -28,10 +29,25 @@ MountHow = Literal["ro-bind", "bind", "tmpfs", "symlink", "proc", "dev"]
 Role = Literal["agent", "gate", "auditor"]
 
 
+@lru_cache(maxsize=8192)
+def _lexical(path: str) -> str:
+    """``path`` as ``PurePosixPath`` normalises it (repeated and trailing slashes, ``.``)."""
+    return str(PurePosixPath(path))
+
+
 def covers(outer: str, inner: str) -> bool:
-    """True when path ``inner`` is ``outer`` or lies below it (lexical, absolute paths)."""
-    a, b = PurePosixPath(outer), PurePosixPath(inner)
-    return a == b or a in b.parents
+    """True when path ``inner`` is ``outer`` or lies below it (lexical, absolute paths).
+
+    Called thousands of times per profile (every mount against every hidden folder), so it
+    compares cached normal forms as strings instead of building path objects each time.
+    """
+    a, b = _lexical(outer), _lexical(inner)
+    if a == b:
+        return True
+    if a.startswith("//") != b.startswith("//"):  # POSIX keeps a leading "//" distinct
+        a_root, b_root = PurePosixPath(a), PurePosixPath(b)
+        return a_root in b_root.parents
+    return b.startswith(a if a.endswith("/") else a + "/")
 
 
 @dataclass(frozen=True, order=True)
