@@ -242,17 +242,38 @@ print("end", time.time_ns())
 """
 
 
-def test_role_capacity_limits_how_many_run_at_once(cluster: Cluster, repo: Path) -> None:
-    """Capacity 2 of harness_role_coder: two units overlap in time, a third waits."""
-    handles = [
-        cluster.executor.submit(_unit(repo, f"c{i}", SLEEPER, args=("2",)), CODER) for i in range(3)
+BARRIER = r"""
+import os, sys, time
+from pathlib import Path
+started = Path(sys.argv[1])  # shared by the units (no sandbox: opted out)
+begin = time.time_ns()
+(started / sys.argv[2]).touch()
+end = time.monotonic() + 20
+while len(os.listdir(started)) < 2 and time.monotonic() < end:  # wait for a second unit
+    time.sleep(0.02)
+time.sleep(0.5)
+print("span", begin, time.time_ns())
+"""
+
+
+def test_role_capacity_limits_how_many_run_at_once(
+    cluster: Cluster, repo: Path, tmp_path: Path
+) -> None:
+    """Capacity 2 of harness_role_coder: two units run at once (each waits until a second one
+    has started), a third only after one of them ended."""
+    started = tmp_path / "started"
+    started.mkdir()
+    units = [
+        _unit(repo, f"c{i}", BARRIER, args=(str(started), f"c{i}"), settings=Settings(opt_out=True))
+        for i in range(3)
     ]
+    handles = [cluster.executor.submit(unit, CODER) for unit in units]
     spans = []
     for handle in handles:
         outcome = _wait(handle, 90)
         assert outcome.anomaly is None and outcome.result.exit_code == 0, outcome.result.stderr
         words = outcome.result.stdout.split()
-        spans.append((int(words[1]), int(words[3])))
+        spans.append((int(words[1]), int(words[2])))
     events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
     running = peak = 0
     for _, delta in events:
