@@ -146,6 +146,7 @@ class Runtime(RunCore):
                 return True
             if self._stop_pending():
                 return False
+            self.recorder.seal_due()  # progressive sealing goes on while agents run
             processes = [proc for job in window for proc in job.processes()]
             wait_any(processes, 0.25)
 

@@ -83,6 +83,19 @@ class RunRecorder:
         """Whether stores are sealed during the run (not only by ``checkpoint_all``)."""
         return self._seal_records is not None or self._seal_s is not None
 
+    def respace(self, seal_every_records: int) -> None:
+        """Change the record threshold while the run goes on (the runtime's adaptive
+        checkpoint spacing: wider after successes, narrower after failures). Only a recorder
+        that seals by records can be respaced."""
+        _threshold("seal_every_records", seal_every_records, integer=True)
+        if self._seal_records is None:
+            raise ValueError("respace: this recorder does not seal by record count")
+        self._seal_records = seal_every_records
+
+    @property
+    def seal_every_records(self) -> int | None:
+        return self._seal_records
+
     def _note_signer(self) -> NoteSigner:
         if self._signer is None:
             self._signer = self._keys.note_signer()

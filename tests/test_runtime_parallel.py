@@ -379,3 +379,38 @@ def test_policy_refusals_are_never_retried(tmp_path: Path, anomaly: str) -> None
     assert summary.states["t1"] is TaskState.FAILED
     (failed,) = _kinds(_records(repo / ".harness", "r1", "audit"), "attempt.failed")
     assert (failed["body"]["anomaly"], failed["body"]["retry"]) == (anomaly, False)
+
+
+# -- 6. budgets enforced outside the agent --------------------------------------------------
+
+
+def test_a_budget_breach_kills_the_agent_and_denies_later_spawns(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = make_keys()
+    adapter = _script(tmp_path, "spender.py", "import time; time.sleep(30)\n")
+    tasks = [
+        {"id": "t1", "role": "r", "prompt": "x", "adapter": adapter, "gates": [_gate()],
+         "priority": 2},
+        {"id": "t2", "role": "r", "prompt": "x", "adapter": adapter, "gates": [_gate()]},
+    ]  # fmt: skip
+    plan = _plan(tasks, max_attempts=3, budget={"wall_s": 1})
+    start = time.monotonic()
+    summary = _runtime(repo, plan, keys).run()
+    assert time.monotonic() - start < 15  # killed at its budget, not at its 300 s limit
+    assert summary.states == {"t1": TaskState.FAILED, "t2": TaskState.DENIED}
+    records = _records(repo / ".harness", "r1", "audit")
+    kill, deny = _kinds(records, "budget.exceeded")
+    assert (kill["body"]["decision"], kill["body"]["scope"], kill["body"]["resource"]) == (
+        "kill",
+        "run",
+        "wall_ms",
+    )
+    assert kill["body"]["used"] > kill["body"]["limit"] == 1000
+    assert deny["body"]["decision"] == "deny" and deny["body"]["used"] >= 1000
+    (exit_,) = _kinds(records, "agent.exit")
+    assert exit_["body"]["anomaly"] == "budget"
+    (failed,) = _kinds(records, "attempt.failed")
+    assert (failed["body"]["anomaly"], failed["body"]["retry"]) == ("budget", False)
+    assert len(_kinds(records, "agent.spawn")) == 1  # t2 never started
+    assert _verified(repo, keys, tmp_path).status.value == "verified"

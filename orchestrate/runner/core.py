@@ -17,6 +17,7 @@ from typing import Any
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.run import RunRecorder, run_dir
 from harness.verify.fsm import TaskState, is_legal
+from harness.verify.rules.budget import Ledger
 
 from ..capabilities import CapabilityMatrix, Denial
 from ..capsule import capsule_digest
@@ -86,7 +87,14 @@ class RunCore:
         self.sandbox = Sandbox.for_run(
             sandbox or Settings(), repo=repo, state_dir=state_dir, keys_dir=keys_dir
         )
-        self.recorder = RunRecorder(state_dir, run_id, keys, clock=clock)
+        self.recorder = RunRecorder(
+            state_dir,
+            run_id,
+            keys,
+            clock=clock,
+            seal_every_records=plan.seal_every_records,
+            seal_every_s=plan.seal_every_s,
+        )
         self.states: dict[str, TaskState] = {}
         self.table = TaskTable.from_plan(plan)
         """Indexed snapshot for the scheduler, kept in step with ``states`` by ``set_state``."""
@@ -102,6 +110,8 @@ class RunCore:
         resume)."""
         self.feedback: dict[str, str] = {}
         """Per task, what failed in its last attempt: carried into the next attempt's prompt."""
+        self.ledger: Ledger | None = None
+        """The budget ledger (``harness.verify.rules.budget.Ledger``), made on first use."""
         self.executor: Any = None
         """Where agents run: None for local supervised processes, else a remote executor
         (``harness.orchestrate.executors``) whose handles step like ``Supervised``."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ class BatchJob:
         self.error: str | None = None
         """A runtime error while the job ran (it then retires as a failed batch)."""
         self.killed: str | None = None
+        self.started_at: float | None = None
+        """Monotonic time the agent started (its live wall-clock budget counts from here)."""
         self.meter: Any = None
         """The usage meter fed with the agent's output (None: its adapter reports none)."""
         self.budget_breach: Mapping[str, Any] | None = None
@@ -198,6 +201,7 @@ class BatchJob:
         """Start the agent (after ``agent.spawn`` is durable) and queue ``agent.started``."""
         run = self.run
         self.meter = budgets.meter_for(run, self)
+        self.started_at = time.monotonic()
         self.proc = start_agent(run, self, self.meter)
         identity = getattr(self.proc, "identity", None)
         if identity is not None:

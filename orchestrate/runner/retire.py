@@ -42,7 +42,9 @@ FEEDBACK_CHARS = 4000
 
 
 def retire(run: RunCore, job: BatchJob) -> None:
-    """Record everything about a finished job and land or fail it; release its lock."""
+    """Record everything about a finished job and land or fail it; release its lock; then
+    respace progressive sealing (wider after a merge, narrower after a failure)."""
+    merged_before = len(run.merged)
     try:
         if job.error is not None and job.outcome is None:
             _fail(run, job, "crash", job.error)
@@ -52,6 +54,14 @@ def retire(run: RunCore, job: BatchJob) -> None:
         _release(run, job, "retired")
         run.flush()
         job.cleanup()
+        _respace(run, succeeded=len(run.merged) > merged_before)
+
+
+def _respace(run: RunCore, *, succeeded: bool) -> None:
+    current = run.recorder.seal_every_records
+    if current is not None:
+        base = run.plan.seal_every_records
+        run.recorder.respace(attempt_rule.next_spacing(current, base, succeeded))
 
 
 def _release(run: RunCore, job: BatchJob, reason: str) -> None:
@@ -64,9 +74,16 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     outcome = job.outcome
     assert outcome is not None and job.output is not None
     result = outcome.result
+    usage = budgets.usage_of(run, job)
+    exit_anomaly = attempt_rule.supervisor_class(outcome.anomaly)
+    if job.budget_breach is None:
+        # An agent can pass a budget between two live checks (or finish just past its wall
+        # budget): decided here, from the same ledger the verifier folds, before its exit.
+        job.budget_breach = budgets.exit_breach(run, job, usage, result.duration_ms)
+        if job.budget_breach is not None:
+            exit_anomaly = "budget"
     if job.budget_breach is not None:
         run.audit("budget.exceeded", dict(job.budget_breach))
-    usage = budgets.usage_of(run, job)
     run.audit(
         "agent.exit",
         {
@@ -75,7 +92,7 @@ def _retire(run: RunCore, job: BatchJob) -> None:
             "signal": result.signal,
             "timed_out": result.timed_out,
             "duration_ms": result.duration_ms,
-            "anomaly": attempt_rule.supervisor_class(outcome.anomaly),
+            "anomaly": exit_anomaly,
             "usage": usage,
         },
     )
@@ -100,10 +117,10 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     if job.error is not None:
         _fail(run, job, "crash", job.error)
         return
-    if not job._agent_ok():
+    if not job._agent_ok() or exit_anomaly is not None:
         output = job.output
         why = output.error or (
-            "timed out" if result.timed_out else outcome.anomaly or f"exit {result.exit_code}"
+            "timed out" if result.timed_out else exit_anomaly or f"exit {result.exit_code}"
         )
         if output.error and "replay miss: " in output.error:
             # Strict replay: a miss aborts the whole run, recorded and sealed first.
@@ -112,7 +129,7 @@ def _retire(run: RunCore, job: BatchJob) -> None:
             _release(run, job, "run aborted")
             raise ReplayMissError(output.error)
         anomaly = attempt_rule.classify(
-            exit_anomaly=outcome.anomaly,
+            exit_anomaly=exit_anomaly,
             signal=result.signal,
             agent_ok=output.ok and result.exit_code == 0,
             refusal=None,

@@ -1,0 +1,205 @@
+"""The verifier re-decides every retry: evidence whose attempts break the P-layer rule is refused.
+
+A real run (a gate fails on attempt 1, passes on attempt 2) provides lawful records; each test
+re-records them with one change under a test key, exports the bundle and verifies it. Each
+refusal names the record and the rule; the unchanged records verify.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.orchestrate.clock import LogicalClock
+from harness.orchestrate.demo import make_repo
+from harness.receipts.bundle import export_bundle
+from harness.receipts.run import RunRecorder
+from harness.verify.bundle import verify_bundle
+from harness.verify.canonical import parse_canonical
+from harness.verify.policy import TrustPolicy
+from harness.verify.rules import attempts as rule
+
+from .evidence_helpers import make_keys
+from .test_orchestrate_runtime import _runtime, _script
+
+Body = dict[str, Any]
+Records = list[tuple[str, str, Body]]
+
+
+@pytest.fixture(scope="module")
+def retried(tmp_path_factory: pytest.TempPathFactory) -> tuple[Records, bytes]:
+    """(records in store order, plan member) of a real run whose task succeeds on attempt 2."""
+    from harness.orchestrate.adapters import ADAPTERS
+
+    saved = dict(ADAPTERS)
+    tmp = tmp_path_factory.mktemp("retried")
+    repo = tmp / "repo"
+    make_repo(repo)
+    adapter = _script(tmp, "learner.py", """
+        import pathlib, sys
+        ok = "What failed" in sys.stdin.read()
+        pathlib.Path("answer.txt").write_text("42\\n" if ok else "41\\n")
+    """)  # fmt: skip
+    check = "import pathlib, sys; sys.exit(pathlib.Path('answer.txt').read_text() != '42\\n')"
+    gate = {"name": "pytest", "command": [sys.executable, "-c", check], "timeout_s": 30}
+    plan = {
+        "plan": {"name": "p", "settle_ticks": 1, "max_attempts": 2},
+        "task": [{"id": "t1", "role": "r", "prompt": "answer", "adapter": adapter,
+                  "gates": [gate]}],
+    }  # fmt: skip
+    try:
+        _runtime(repo, plan, make_keys()).run()
+    finally:
+        ADAPTERS.clear()
+        ADAPTERS.update(saved)
+    folder = repo / ".harness" / "runs" / "r1"
+    records: Records = []
+    for store in ("audit", "lineage", "replay", "control"):
+        path = folder / f"{store}.jsonl"
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                obj = parse_canonical(line)
+                records.append((store, obj["kind"], obj["body"]))
+    return records, (folder / "plan.json").read_bytes()
+
+
+def _verify(tmp: Path, records: Records, plan: bytes) -> Any:
+    keys = make_keys()
+    state = tmp / "state"
+    with RunRecorder(state, "r1", keys, clock=LogicalClock()) as recorder:
+        recorder.write_plan(plan)
+        for store, kind, body in records:
+            recorder.record(store, kind, body)
+        recorder.checkpoint_all()
+    bundle = export_bundle(state, tmp / "bundle.tar", keys).path
+    return verify_bundle(bundle, pins=TrustPolicy(frozenset({keys.key_id}), "test"))
+
+
+def _edit(records: Records, kind: str, change: Callable[[Body], Body], nth: int = 0) -> Records:
+    out, seen = [], 0
+    for store, k, body in records:
+        if k == kind:
+            if seen == nth:
+                body = change(dict(body))
+            seen += 1
+        out.append((store, k, body))
+    return out
+
+
+def _refused(report: Any, words: str) -> None:
+    assert report.status.value == "invalid", "tampered evidence verified"
+    assert report.failure.check == "semantics", report.failure
+    assert words in report.failure.reason, report.failure.reason
+
+
+def test_the_real_retried_run_verifies(tmp_path: Path, retried: tuple[Records, bytes]) -> None:
+    records, plan = retried
+    kinds = [kind for _, kind, _ in records]
+    assert kinds.count("agent.spawn") == 2 and kinds.count("attempt.failed") == 1
+    report = _verify(tmp_path, records, plan)
+    assert report.status.value == "verified", report.failure
+
+
+def test_a_retry_the_rule_forbids_is_refused(
+    tmp_path: Path, retried: tuple[Records, bytes]
+) -> None:
+    records, plan = retried
+    # a policy refusal (scope) is never retried: claiming a retry for one is refused
+    tampered = _edit(records, "attempt.failed", lambda b: {**b, "anomaly": "scope"})
+    _refused(_verify(tmp_path, tampered, plan), "the rule says retry=False")
+
+
+def test_a_final_failure_followed_by_a_retry_is_refused(
+    tmp_path: Path, retried: tuple[Records, bytes]
+) -> None:
+    records, plan = retried
+    tampered = _edit(records, "attempt.failed", lambda b: {**b, "retry": False})
+    _refused(_verify(tmp_path, tampered, plan), "the rule says retry=True")
+
+
+def test_a_retry_without_its_attempt_record_is_refused(
+    tmp_path: Path, retried: tuple[Records, bytes]
+) -> None:
+    records, plan = retried
+    tampered = [r for r in records if r[1] != "attempt.failed"]
+    _refused(_verify(tmp_path, tampered, plan), "retried without an attempt.failed")
+
+
+def test_a_wrong_attempt_number_is_refused(tmp_path: Path, retried: tuple[Records, bytes]) -> None:
+    records, plan = retried
+    tampered = _edit(records, "attempt.failed", lambda b: {**b, "attempt": 2})
+    _refused(_verify(tmp_path, tampered, plan), "which is at attempt 1")
+    respawned = _edit(records, "agent.spawn", lambda b: {**b, "attempt": 1}, nth=1)
+    _refused(_verify(tmp_path / "b", respawned, plan), "its tasks are at attempt 2")
+
+
+def test_a_retry_without_feedback_digest_is_refused(
+    tmp_path: Path, retried: tuple[Records, bytes]
+) -> None:
+    records, plan = retried
+    tampered = _edit(records, "attempt.failed", lambda b: {**b, "feedback_sha256": None})
+    _refused(_verify(tmp_path, tampered, plan), "feedback's SHA-256")
+
+
+def test_a_retry_decided_but_not_carried_out_is_refused(
+    tmp_path: Path, retried: tuple[Records, bytes]
+) -> None:
+    records, plan = retried
+    index = next(i for i, r in enumerate(records) if r[1] == "attempt.failed")
+    store, kind, body = records[index + 1]
+    assert kind == "task.transition" and body["to"] == "open"
+    tampered = list(records)
+    tampered[index + 1] = (store, kind, {**body, "to": "failed"})
+    _refused(_verify(tmp_path, tampered[: index + 2], plan), "decided a retry")
+
+
+# -- the rule itself ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        ({"exit_anomaly": "killed:budget"}, "budget"),
+        ({"exit_anomaly": "hung", "signal": "SIGKILL"}, "hung"),
+        ({"signal": "SIGSEGV"}, "crash"),
+        ({"agent_ok": False}, "agent"),
+        ({"refusal": "capsule", "failed_gates": ["pytest"]}, "capsule"),
+        ({"failed_gates": ["mypy --strict", "pytest"]}, "type"),
+        ({"failed_gates": ["ruff"]}, "lint"),
+        ({"failed_gates": ["build-wheel"]}, "build"),
+        ({"failed_gates": ["unit"]}, "test"),
+        ({"conflict": True}, "conflict"),
+    ],
+)
+def test_classify_takes_the_first_class_that_applies(facts: Body, expected: str) -> None:
+    args: Body = {"exit_anomaly": None, "signal": None, "agent_ok": True, "refusal": None,
+                  "failed_gates": (), "conflict": False, **facts}  # fmt: skip
+    assert rule.classify(**args) == expected
+
+
+def test_classify_refuses_an_attempt_that_did_not_fail() -> None:
+    with pytest.raises(ValueError, match="did not fail"):
+        rule.classify(exit_anomaly=None, signal=None, agent_ok=True, refusal=None,
+                      failed_gates=(), conflict=False)  # fmt: skip
+
+
+def test_decide_retries_while_attempts_remain_and_never_policy_refusals() -> None:
+    assert rule.decide("test", 1, 2) and not rule.decide("test", 2, 2)
+    for never in ("budget", "stop", "scope", "capsule", "integrity"):
+        assert not rule.decide(never, 1, 10)
+    with pytest.raises(ValueError):
+        rule.decide("bogus", 1, 2)
+    with pytest.raises(ValueError):
+        rule.decide("test", 1, 11)
+
+
+def test_checkpoint_spacing_widens_after_success_and_narrows_after_failure() -> None:
+    assert rule.next_spacing(1000, 1000, True) == 2000
+    assert rule.next_spacing(4000, 1000, True) == 4000  # at most 4x the base
+    assert rule.next_spacing(1000, 1000, False) == 500
+    assert rule.next_spacing(250, 1000, False) == 250  # at least a quarter of the base
+    assert rule.next_spacing(1, 1, False) == 1
