@@ -22,6 +22,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -308,7 +310,7 @@ env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "x",
        "GIT_AUTHOR_EMAIL": "x@x", "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x"}
 def run(*args):
     return subprocess.run(["git", *args], env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+                          text=True, input="").stdout.strip()
 empty = run("hash-object", "-t", "tree", "-w", "--stdin")
 evil = run("commit-tree", empty, "-m", "evil root")
 run("update-ref", "HEAD", evil)
@@ -330,3 +332,67 @@ def test_a_hostile_branch_bundle_is_refused(cluster: Cluster, repo: Path) -> Non
         )
     assert not git.branch_exists(repo, unit.branch)
     assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*")) == refs_before
+
+
+def _job(repo: Path, tmp_path: Path, batch_id: str, code: str, *, opt_out: bool) -> Any:
+    """A batch prepared on the coordinator as ``runner.job.BatchJob.prepare`` does it (the
+    attributes ``RayExecutor.start`` reads), with a plan command adapter and a real sandbox."""
+    from harness.orchestrate.adapters.base import AgentRequest
+    from harness.orchestrate.adapters.command import CommandAdapter
+    from harness.orchestrate.capabilities import CapabilityMatrix
+    from harness.orchestrate.model import Batch, TaskSpec
+    from harness.orchestrate.sandbox import BatchDirs, Sandbox
+    from harness.orchestrate.supervise import Limits
+
+    settings = Settings(opt_out=opt_out or not BWRAP)
+    sandbox = Sandbox.for_run(settings, repo=repo, state_dir=tmp_path / "state",
+                              keys_dir=tmp_path / "keys")  # fmt: skip
+    run = SimpleNamespace(repo=repo, sandbox=sandbox, capabilities=CapabilityMatrix(),
+                          git_date=DATE)  # fmt: skip
+    task = TaskSpec(id="t1", role="coder", prompt="write it", adapter="mine")
+    batch = Batch(id=batch_id, role="coder", adapter="mine", tasks=("t1",))
+    dirs = BatchDirs(tmp_path / "work" / batch_id)
+    dirs.create()
+    base = git.head(repo)
+    branch = f"harness/run1/{batch_id}"
+    git.add_worktree(repo, dirs.tree, branch, base)
+    (dirs.io / "agent.py").write_text(code)
+    adapter = CommandAdapter.from_template(
+        [os.path.abspath(sys.executable), str(dirs.io / "agent.py"), "{prompt_file}"]
+    )
+    request = AgentRequest(batch=batch, tasks=(task,), worktree=dirs.tree, prompt="write it",
+                           prompt_file=dirs.io / "prompt.txt")  # fmt: skip
+    request.prompt_file.write_text(request.prompt)
+    _, env = sandbox.agent(dirs, programs=[adapter.executable], network=False)
+    return run, SimpleNamespace(
+        batch=batch, base=base, branch=branch, dirs=dirs, worktree=dirs.tree, tasks=[task],
+        adapter=adapter, request=request, env=env, stdin=adapter.stdin(request),
+        limits=Limits(wall_s=60, grace_s=0.5),
+    )  # fmt: skip
+
+
+def test_start_runs_a_prepared_job_and_lands_it_in_its_worktree(
+    cluster: Cluster, repo: Path, tmp_path: Path
+) -> None:
+    run, job = _job(repo, tmp_path, "j1", WRITER, opt_out=False)
+    handle = cluster.executor.start(run, job)
+    outcome = _wait(handle)
+    assert outcome.anomaly is None and outcome.result.exit_code == 5, outcome.result.stderr
+    result = handle.unit_result
+    assert result is not None
+    assert git.head(job.worktree) == result.tip == git.head(repo, job.branch) != job.base
+    assert (job.worktree / "out.txt").read_text() == "write it -> done\n"
+    assert git.is_clean(job.worktree)
+    assert result.sandbox_profile["kind"] == ("bwrap" if BWRAP else "none")
+
+
+def test_start_turns_a_refused_bundle_into_a_crash(
+    cluster: Cluster, repo: Path, tmp_path: Path
+) -> None:
+    run, job = _job(repo, tmp_path, "j2", HOSTILE, opt_out=True)
+    outcome = _wait(cluster.executor.start(run, job))
+    assert outcome.anomaly == "crash", outcome.result.stderr.decode()
+    assert b"branch bundle refused" in outcome.result.stderr
+    assert b"does not descend from the base" in outcome.result.stderr
+    assert git.head(job.worktree) == job.base == git.head(repo, job.branch)
+    assert git.is_clean(job.worktree)

@@ -34,12 +34,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from ..git import GitError
 from ..model import ProcResult
 from ..supervise import Outcome
 from ..supervise.limits import check_why
-from .unit import AgentUnit, UnitResult, run_unit_in_tempdir
+from .gitbundle import BundleError, apply_branch_bundle
+from .unit import AgentUnit, UnitResult, portable_unit, run_unit_in_tempdir
 
 __all__ = ["Outcome", "RayExecutor", "RayHandle", "role_resources"]
 
@@ -71,9 +74,10 @@ class RayHandle:
     identity: None = None
     """No local pid/pgid: the process runs on a worker; orphan reaping is the worker's."""
 
-    def __init__(self, ref: Any, unit: AgentUnit) -> None:
+    def __init__(self, ref: Any, unit: AgentUnit, land: tuple[Path, Path] | None = None) -> None:
         self._ref = ref
         self.unit = unit
+        self._land = land
         self._started = time.monotonic()
         self._killed: str | None = None
         self._outcome: Outcome | None = None
@@ -109,10 +113,31 @@ class RayHandle:
                 why = f"task returned {type(value).__name__}, not UnitResult"
                 self._outcome = Outcome(_crash_result(why, self._started), "crash", 0)
             else:
-                self.unit_result = value
-                # Finished before a kill reached it: the worker's own account stands.
-                self._outcome = Outcome(value.result, value.anomaly, value.idle_ms)
+                self._outcome = self._landed(value)
+
         return self._outcome
+
+    def _landed(self, value: UnitResult) -> Outcome:
+        """The worker's own account (also when it finished before a kill reached it); with a
+        landing target, its branch is first applied to the batch's worktree, and a refused
+        bundle is a crash (the reason on stderr), never landed."""
+        if self._land is not None:
+            repo, worktree = self._land
+            unit = self.unit
+            try:
+                if value.branch_bundle is not None:
+                    bundle = value.branch_bundle
+                    apply_branch_bundle(
+                        repo, bundle, branch=unit.branch, base=unit.base, tip=value.tip,
+                        worktree=worktree,
+                    )  # fmt: skip
+                elif value.tip != unit.base:
+                    raise BundleError(f"tip {value.tip} reported without a branch bundle")
+            except (BundleError, GitError) as exc:
+                why = f"branch bundle refused: {exc}"
+                return Outcome(_crash_result(why, self._started), "crash", value.idle_ms)
+        self.unit_result = value
+        return Outcome(value.result, value.anomaly, value.idle_ms)
 
     def kill(self, why: str) -> None:
         """Force-cancel the task (its worker process is killed, and with it the sandboxed
@@ -144,8 +169,19 @@ class RayExecutor:
             ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False)
         self._remote = ray.remote(run_unit_in_tempdir)
 
-    def submit(self, unit: AgentUnit, resources: Mapping[str, float]) -> RayHandle:
-        """Queue ``unit`` on the cluster with ``resources`` (see :func:`role_resources`)."""
+    def submit(
+        self,
+        unit: AgentUnit,
+        resources: Mapping[str, float],
+        *,
+        land: tuple[Path, Path] | None = None,
+    ) -> RayHandle:
+        """Queue ``unit`` on the cluster with ``resources`` (see :func:`role_resources`).
+
+        ``land``: ``(repo, worktree)`` — when the unit returns, its branch is applied to the
+        batch's worktree (``apply_branch_bundle(..., worktree=)``) before the outcome is
+        reported, so the caller then sees the worker's commit as if the agent had run there.
+        """
         if self._remote is None:
             raise RuntimeError("RayExecutor.submit before connect()")
         ref = self._remote.options(
@@ -154,7 +190,38 @@ class RayExecutor:
             num_cpus=self.num_cpus,
             resources=dict(resources),
         ).remote(unit)
-        return RayHandle(ref, unit)
+        return RayHandle(ref, unit, land)
+
+    def start(self, run: Any, job: Any) -> RayHandle:
+        """The runner's executor hook (``runner.agents.start_agent``): the unit of a batch
+        job prepared as for a local agent, submitted with its role's resource, landing in the
+        job's worktree. Reads the job's ``batch``, ``base``, ``branch``, ``dirs``, ``worktree``,
+        ``tasks``, ``adapter``, ``request``, ``env``, ``stdin``, ``limits`` and the run's
+        ``repo``, ``sandbox``, ``capabilities``, ``git_date``. A batch that uses the replay
+        journal is refused (ValueError): the journal is not shipped to workers."""
+        request = job.request
+        if request.journal_file is not None:
+            raise ValueError(f"batch {job.batch.id}: the replay journal is not shipped to Ray")
+        from ..sandbox.policy import batch_network
+
+        tasks = job.tasks
+        unit = portable_unit(
+            batch=job.batch.id,
+            base=job.base,
+            branch=job.branch,
+            repo=run.repo,
+            dirs=job.dirs,
+            argv=job.adapter.argv(request),
+            env=job.env,
+            stdin=job.stdin,
+            limits=job.limits,
+            settings=run.sandbox.settings,
+            network=batch_network(tasks, run.capabilities),
+            message=f"{job.batch.id}: {', '.join(t.id for t in tasks)}",
+            git_date=run.git_date,
+            programs=[job.adapter.executable],
+        )
+        return self.submit(unit, role_resources(job.batch.role), land=(run.repo, job.worktree))
 
     def close(self) -> None:
         """Leave the cluster (the cluster itself keeps running)."""
