@@ -199,6 +199,7 @@ def run_plan(
     no_sandbox: bool = False,
     work_root: Path | None = None,
     warn: Callable[[str], None] | None = None,
+    ray_address: str | None = None,
 ) -> RunSummary:
     if run_id is not None:
         check_run_id(run_id)
@@ -228,7 +229,7 @@ def run_plan(
         matrix = load_capabilities(capabilities) if capabilities else DEFAULT_MATRIX
     except (CapabilityError, OSError) as exc:
         raise StateError(f"capabilities: {exc}") from None
-    return Runtime(
+    runtime = Runtime(
         repo=repo,
         plan=plan,
         state_dir=state,
@@ -241,7 +242,25 @@ def run_plan(
         sandbox=Settings(opt_out=no_sandbox),
         work_root=work_root,
         keys_dir=folder,
-    ).run()
+    )
+    if ray_address is None:
+        return runtime.run()
+    from .executors.ray_executor import RayExecutor
+
+    ray = RayExecutor(ray_address)
+    try:
+        ray.connect()
+    except ImportError:
+        raise StateError(
+            "--executor ray needs the ray extra: pip install 'harness-verify[ray]'"
+        ) from None
+    except Exception as exc:  # ray raises ConnectionError and friends
+        raise StateError(f"cannot join the Ray cluster at {ray_address}: {exc}") from None
+    runtime.executor = ray
+    try:
+        return runtime.run()
+    finally:
+        ray.close()
 
 
 def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = None) -> int:

@@ -380,6 +380,16 @@ def run(
             "evidence). Without it, real agent CLIs refuse to run where bubblewrap cannot.",
         ),
     ] = False,
+    executor: Annotated[
+        str,
+        typer.Option(
+            help="Where agents run: 'local' (supervised processes on this machine) or 'ray' "
+            "(each batch's agent as a Ray task; needs --address and the ray extra).",
+        ),
+    ] = "local",
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (host:port) for --executor ray")
+    ] = None,
 ) -> None:
     """Run (or resume) a plan: agents in sandboxed worktrees, gates, merges, evidence."""
     from harness.orchestrate.capabilities import CapabilityError
@@ -392,6 +402,10 @@ def run(
     def warn(message: str) -> None:
         typer.echo(f"warning: {message}", err=True)
 
+    if executor not in ("local", "ray"):
+        raise _usage_error(f"--executor must be 'local' or 'ray', not {executor!r}")
+    if (executor == "ray") != (address is not None):
+        raise _usage_error("--executor ray needs --address HOST:PORT (and only it takes one)")
     try:
         summary = run_plan(
             repo.absolute(),
@@ -404,6 +418,7 @@ def run(
             keys=keys_dir,
             no_sandbox=no_sandbox,
             warn=warn,
+            ray_address=address,
         )
     except UsageError as exc:
         raise _usage_error(str(exc)) from None
