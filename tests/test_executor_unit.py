@@ -429,7 +429,7 @@ def test_orchestrate_imports_without_ray(tmp_path: Path) -> None:
     """With ``ray`` made unimportable, the runtime and the executors package still import."""
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "import harness.orchestrate, harness.verify.cli\n"
+        "import harness.orchestrate, harness.orchestrate.runtime, harness.cli, harness.verify.cli\n"
         "from harness.orchestrate.executors import ray_executor, unit, gitbundle\n"
         "assert 'ray' in sys.modules and sys.modules['ray'] is None\n"
         "print(ray_executor.role_resources('coder'))\n"
