@@ -283,7 +283,10 @@ class BatchJob:
         )
 
     def kill(self, why: str) -> None:
-        """End whatever of this job runs (agent or gates); it retires as failed."""
+        """End whatever of this job runs (agent or gates); it retires as failed. A job that
+        already finished is left as it is (its verdicts stand)."""
+        if self.done:
+            return
         self.killed = self.killed or why
         if self.gates is not None:
             self.gates.kill(why)
