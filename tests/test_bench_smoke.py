@@ -30,6 +30,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["policy.py", "--tasks", "60"],
         ["sealing.py", "--records", "300", "--every", "50", "--rounds", "1"],
         ["budget.py", "--megabytes", "1", "--calls", "1000"],
+        ["parallel.py", "--tasks", "2", "--gate-s", "0", "--levels", "1,2"],
+        ["supervise.py", "--entries", "200", "--procs", "2", "--sleep", "0.1"],
     ],
     ids=lambda args: args[0],
 )
