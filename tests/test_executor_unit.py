@@ -102,6 +102,22 @@ def test_base_bundle_is_a_git_bundle_of_exactly_the_base(repo: Path, tmp_path: P
     assert _git(clone, "rev-list", "--count", base) == "2"  # the whole history came along
 
 
+def test_a_sha256_repository_goes_out_and_comes_back(tmp_path: Path) -> None:
+    repo = tmp_path / "coord256"
+    repo.mkdir()
+    _git(repo, "init", "-q", "--object-format=sha256", "-b", "main")
+    (repo / "README.md").write_text("hello\n")
+    git.commit_all(repo, "readme", date=DATE)
+    base = git.head(repo)
+    assert len(base) == 64
+    data = base_bundle(repo, base)
+    assert data.startswith(b"# v3 git bundle\n@object-format=sha256\n")
+    out = run_unit(_unit(repo), tmp_path / "worker")
+    assert out.result.exit_code == 0, out.result.stderr
+    assert out.branch_bundle is not None and len(out.tip) == 64
+    assert apply_branch_bundle(repo, out.branch_bundle, branch=BRANCH, base=base) == out.tip
+
+
 def test_unpack_base_refuses_a_bundle_of_another_commit(repo: Path, tmp_path: Path) -> None:
     first = _git(repo, "rev-list", "--max-parents=0", "HEAD")
     with pytest.raises(BundleError, match="expected"):

@@ -53,12 +53,13 @@ BASE_REF: Final = "refs/heads/harness-base"
 """The one ref a base bundle carries."""
 MAX_BUNDLE_BYTES: Final = 1 << 30
 """Default limit on a returned branch bundle (1 GiB): a worker cannot fill the disk."""
-_OID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_OID = re.compile(r"(?:[0-9a-f]{40}|[0-9a-f]{64})")
 _MAX_HEADER: Final = 1 << 20
 
 
 class BundleError(Exception):
-    """A bundle was refused or could not be made; the message names the bundle and why."""
+    """A bundle was refused or could not be made; the message says which ref or object and
+    why."""
 
 
 def _object_format(repo: Path) -> str:
@@ -72,6 +73,20 @@ def base_bundle(repo: Path, base: str) -> bytes:
     header = "# v2 git bundle\n" if fmt == "sha1" else f"# v3 git bundle\n@object-format={fmt}\n"
     pack = _git(repo, "pack-objects", "--revs", "--stdout", "-q", input=f"{oid}\n".encode()).stdout
     return f"{header}{oid} {BASE_REF}\n\n".encode("ascii") + pack
+
+
+def _bundle_format(data: bytes) -> str:
+    """The object format a bundle declares (v3 ``@object-format=``), sha1 without one."""
+    end = data.find(b"\n\n", 0, _MAX_HEADER)
+    if end < 0:
+        raise BundleError("not a git bundle: no header end within the first 1 MiB")
+    for line in data[:end].split(b"\n")[1:]:
+        if line.startswith(b"@object-format="):
+            value = line.split(b"=", 1)[1].decode("ascii", "replace")
+            if value not in ("sha1", "sha256"):
+                raise BundleError(f"bundle declares an unknown object format {value!r}")
+            return value
+    return "sha1"
 
 
 def _write(folder: Path, data: bytes) -> Path:
@@ -120,12 +135,12 @@ def parse_header(data: bytes) -> tuple[list[str], list[tuple[str, str]]]:
             continue
         if line.startswith("-"):
             oid = line[1:].split(" ", 1)[0]
-            if not _OID.match(oid):
+            if not _OID.fullmatch(oid):
                 raise BundleError(f"bundle header: malformed prerequisite {line[:80]!r}")
             prerequisites.append(oid)
             continue
         oid, sep, name = line.partition(" ")
-        if not sep or not _OID.match(oid) or not name:
+        if not sep or not _OID.fullmatch(oid) or not name:
             raise BundleError(f"bundle header: malformed line {line[:80]!r}")
         refs.append((oid, name))
     return prerequisites, refs
@@ -135,7 +150,7 @@ def unpack_base(data: bytes, dest: Path, base: str) -> Path:
     """On the worker: a bare repository at ``dest`` holding a base bundle; checks that the
     bundle is exactly :data:`BASE_REF` at ``base``. Returns ``dest``."""
     dest.mkdir(parents=True, exist_ok=True)
-    _git(dest, "init", "-q", "--bare", ".")
+    _git(dest, "init", "-q", "--bare", f"--object-format={_bundle_format(data)}", ".")
     heads = bundle_heads(dest, data)
     if heads != [(base, BASE_REF)]:
         raise BundleError(f"base bundle carries {heads!r}, expected [{base!r} {BASE_REF}]")
@@ -240,7 +255,8 @@ def apply_branch_bundle(
     with tempfile.TemporaryDirectory(prefix="harness-bundle-") as tmp:
         path = _write(Path(tmp), data)
         quarantine = Path(tmp) / "q.git"
-        _git(Path(tmp), "init", "-q", "--bare", str(quarantine))
+        fmt = f"--object-format={_object_format(repo)}"
+        _git(Path(tmp), "init", "-q", "--bare", fmt, str(quarantine))
         (quarantine / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         oid = _check(quarantine, path, data, branch, base, tip)
         try:
