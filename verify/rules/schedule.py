@@ -114,26 +114,20 @@ def choose_batches(
     if not 1 <= max_batch <= MAX_BATCH_LIMIT:
         raise ValueError(f"max_batch must be 1..{MAX_BATCH_LIMIT}, got {max_batch}")
     ordered = sorted(ready, key=priority_key)
-    roles = len({task.role for task in ordered})
     locks = _Locks(held)
     room: dict[str, int] = {}
-    full: set[str] = set()  # roles with no room left in this call
     filling: dict[tuple[str, str], int] = {}
     opened: list[tuple[str, str, list[str], set[str]]] = []
     for task in ordered:
-        if not filling and len(full) == roles:
-            break  # nothing can join and nothing can open: the rest is skipped anyway
         role = task.role
         key = (role, task.adapter)
         join = filling.get(key)
         left = 0
-        if join is None:
-            if role in full:
-                continue
+        if join is None:  # it would open a batch: is there room? (cheaper than the locks)
             got = room.get(role)
             left = limits.get(role, 1) - in_flight.get(role, 0) if got is None else got
             if left <= 0:
-                full.add(role)
+                room[role] = 0
                 continue
         raw = task.scope
         scope = raw if isinstance(raw, tuple) else tuple(raw)
@@ -149,8 +143,6 @@ def choose_batches(
                 del filling[key]
             continue
         room[role] = left - 1
-        if left == 1:
-            full.add(role)
         index = len(opened)
         opened.append((role, task.adapter, [task.id], set(scope)))
         locks.add(index, dict.fromkeys(scope))
