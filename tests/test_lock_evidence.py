@@ -4,13 +4,15 @@ A lawful run (docs/spec/runtime.md, "Write locks") has two batches in flight at 
 disjoint locks (``src/**`` and ``README.md`` + ``tests/**``), a batch on ``src/a.py`` that
 acquires only after the ``src/**`` lock is released, and a ``**`` batch alone at the end;
 every write and delete falls under its batch's lock. Each other test breaks one rule in one
-record and is refused by the semantics check, naming the record and the batches. The fold
-itself is also driven directly for the crash cases (no ``run.end``).
+record and is refused by the semantics check, naming the record and the batches. A real
+parallel run verifies, and a copy of its records re-signed with one release moved is refused.
+The fold itself is also driven directly for the crash cases (no ``run.end``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,17 +21,27 @@ import pytest
 
 from harness.orchestrate.capabilities import DEFAULT_MATRIX, matrix_object
 from harness.orchestrate.clock import LogicalClock
+from harness.orchestrate.demo import make_repo
 from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.plandoc import plan_bytes
+from harness.orchestrate.sandbox import Settings
 from harness.receipts.bundle import export_bundle
 from harness.receipts.run import RunRecorder
 from harness.verify.bundle import verify_bundle
+from harness.verify.fsm import TaskState
 from harness.verify.lockcheck import LockCheck, LockError, lock_check
 from harness.verify.policy import TrustPolicy
 from harness.verify.records import Record
 from harness.verify.runchecks import run_checks
 
 from .evidence_helpers import make_keys
+from .test_orchestrate_runtime import (  # the adapter registry guard and the runtime helpers
+    _records,
+    _restore_adapter_registry,  # noqa: F401  (autouse fixture: unregisters test adapters)
+    _runtime,
+    _script,
+    _verified,
+)
 
 RUN = "r1"
 BASE = "1" * 40
@@ -301,7 +313,7 @@ def test_each_rule_is_refused(
 # --- crashes: the fold driven directly -------------------------------------------------------
 
 
-def _records(rows: Records) -> list[tuple[Record, str]]:
+def _as_records(rows: Records) -> list[tuple[Record, str]]:
     out = []
     for seq, (store, kind, body) in enumerate(rows):
         record = Record(store, RUN, seq, "2026-01-01T00:00:00.000000Z", kind, body, "")
@@ -311,7 +323,7 @@ def _records(rows: Records) -> list[tuple[Record, str]]:
 
 def _fold(rows: Records) -> LockCheck:
     check = lock_check(RUN, plan_bytes(PLAN))
-    for record, where in _records(rows):
+    for record, where in _as_records(rows):
         (check.audit if record.store == "audit" else check.lineage)(record, where)
     check.finish()
     return check
@@ -334,7 +346,7 @@ def test_the_resumed_runtime_releases_the_crashed_lock_first() -> None:
 def test_without_a_plan_member_the_lock_is_not_bound_to_scopes() -> None:
     rows = _lock_not_the_plan_scope(lawful())
     check = lock_check(RUN, None)
-    for record, where in _records(rows):
+    for record, where in _as_records(rows):
         (check.audit if record.store == "audit" else check.lineage)(record, where)
     with pytest.raises(LockError, match="batch 'b0003' locks"):
         _fold(rows)
@@ -355,7 +367,81 @@ def test_a_write_falls_under_some_batch_of_its_task() -> None:
         _artifact("t1", "b/y", 1),
         _artifact("t9", "z", 2),  # never spawned: the semantics check's to refuse
     ]
-    for record, where in _records(rows):
+    for record, where in _as_records(rows):
         (check.audit if record.store == "audit" else check.lineage)(record, where)
     with pytest.raises(LockError, match=r"'b0001' \['a/\*\*'\], 'b0002' \['b/\*\*'\]"):
-        check.lineage(*_records([_artifact("t1", "c/z", 3)])[0])
+        check.lineage(*_as_records([_artifact("t1", "c/z", 3)])[0])
+
+
+# --- a real run: the runtime's own lock records ----------------------------------------------
+
+
+def _rerecord(state: Path, tmp: Path, keys: Any, audit: list[Body], lineage: list[Body]) -> Any:
+    """The records of a real run written again by the project's writer (so a forged copy is
+    signed as the operator would sign it) and verified."""
+    out = tmp / "state"
+    plan = (state / "runs" / RUN / "plan.json").read_bytes()
+    with RunRecorder(out, RUN, keys, clock=LogicalClock()) as recorder:
+        recorder.write_plan(plan)
+        for record in audit:
+            recorder.record("audit", record["kind"], record["body"])
+        for record in lineage:
+            recorder.record("lineage", record["kind"], record["body"])
+        recorder.checkpoint_all()
+    bundle = export_bundle(out, tmp / "bundle.tar", keys).path
+    return verify_bundle(bundle, pins=TrustPolicy(frozenset({keys.key_id}), "test"))
+
+
+def test_a_real_parallel_run_verifies_and_a_forged_overlap_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = make_keys()
+    adapter = _script(tmp_path, "lockwriter.py", """
+        import pathlib, sys, time
+        task = sys.stdin.read().split("]", 1)[0].lstrip("[")
+        target = {"wide": "shared/wide.txt", "narrow": "shared/n.txt", "other": "other/o.txt"}
+        time.sleep(0.4)
+        path = pathlib.Path(target[task])
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(task + "\\n")
+    """)  # fmt: skip
+    gate = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 60}
+    tasks = [
+        {"id": "wide", "role": "r", "prompt": "x", "adapter": adapter, "priority": 3,
+         "scope": ["shared/**"], "gates": [gate]},
+        {"id": "narrow", "role": "r", "prompt": "x", "adapter": adapter, "priority": 2,
+         "scope": ["shared/n.txt"], "gates": [gate]},
+        {"id": "other", "role": "r", "prompt": "x", "adapter": adapter, "priority": 1,
+         "scope": ["other/**"], "gates": [gate]},
+    ]  # fmt: skip
+    plan = {"plan": {"name": "p", "settle_ticks": 1, "max_batch": 1, "max_in_flight": 3,
+                     "concurrency": {"r": 3}}, "task": tasks}  # fmt: skip
+    states = _runtime(repo, plan, keys, sandbox=Settings(opt_out=True)).run().states
+    assert set(states.values()) == {TaskState.DONE}, states
+    report = _verified(repo, keys, tmp_path)
+    assert report.status.value == "verified", report.failure
+
+    state = repo / ".harness"
+    audit = _records(state, RUN, "audit")
+    lineage = _records(state, RUN, "lineage")
+    batch = {r["body"]["tasks"][0]: r["body"]["batch"] for r in audit if r["kind"] == "agent.spawn"}
+    seq = {(r["kind"], r["body"].get("batch")): i for i, r in enumerate(audit)}
+    span = {t: (seq["lock.acquire", b], seq["lock.release", b]) for t, b in batch.items()}
+    assert span["wide"][1] < span["narrow"][0]  # shared/n.txt waited for shared/**
+    assert span["other"][0] < span["wide"][1]  # other/** ran beside it
+    assert [r["body"]["lock"] for r in audit if r["kind"] == "agent.spawn"] == [
+        ["shared/**"],
+        ["other/**"],
+        ["shared/n.txt"],
+    ]
+
+    copy = _rerecord(state, tmp_path / "copy", keys, audit, lineage)
+    assert copy.status.value == "verified", copy.failure
+    # forged: wide's lock released only at the end, so narrow acquired while wide held shared/**
+    release = audit.pop(span["wide"][1])
+    audit.insert(len(audit) - 1, release)
+    forged = _rerecord(state, tmp_path / "forged", keys, audit, lineage)
+    assert forged.status.value == "invalid"
+    reason = forged.failure.reason
+    assert f"batch {batch['narrow']!r} acquires a lock that intersects the lock batch " in reason
+    assert f"{batch['wide']!r} holds" in reason and "'shared/n.txt' and 'shared/**'" in reason
