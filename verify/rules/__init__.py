@@ -10,11 +10,21 @@ differs. Times are compared as the fixed-width RFC 3339 strings the records carr
 Modules: ``fsm`` (task lifecycle), ``trifecta`` (capability denial, sandbox lowering),
 ``scope`` (globs, paths, times), ``capsule`` (intent-capsule conformance), ``schedule``
 (batch choice), ``integrity`` (gates leave the worktree unchanged), ``attempts`` (the P
-layer: anomaly classes and retries).
+layer: anomaly classes and retries), ``budget`` (the budget ledger: charges, breaches,
+exhaustion).
 """
 
 from __future__ import annotations
 
-from . import attempts, capsule, fsm, integrity, schedule, scope, trifecta
+from . import attempts, budget, capsule, fsm, integrity, schedule, scope, trifecta
 
-__all__ = ["attempts", "capsule", "fsm", "integrity", "schedule", "scope", "trifecta"]
+__all__ = [
+    "attempts",
+    "budget",
+    "capsule",
+    "fsm",
+    "integrity",
+    "schedule",
+    "scope",
+    "trifecta",
+]
