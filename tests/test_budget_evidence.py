@@ -65,6 +65,7 @@ def _spawn(batch: str, task: str, role: str, budget: Body | None = None) -> tupl
         "attempt": 1,
         "idle_ms": None,
         "lifetime_ms": 1000,
+        "grace_ms": 2000,
         "lock": ["**"],
         "budget": budget or NO_LIMIT,
     }

@@ -95,6 +95,7 @@ def _spawn(batch: str) -> Row:
         "attempt": 1,
         "idle_ms": None,
         "lifetime_ms": 1000,
+        "grace_ms": 2000,
         "lock": LOCKS[batch],
         "budget": NO_LIMIT,
     }

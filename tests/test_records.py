@@ -88,6 +88,7 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "attempt": 2,
         "idle_ms": 30000,
         "lifetime_ms": 60000,
+        "grace_ms": 2000,
         "lock": ["src/**"],
         "budget": {"wall_ms": 60000, "tokens": None, "cost_micros": None},
     },

@@ -118,6 +118,7 @@ def lawful() -> Records:
         "attempt": 1,
         "idle_ms": None,
         "lifetime_ms": 1000,
+        "grace_ms": 2000,
         "lock": ["src/**"],
         "budget": {"wall_ms": None, "tokens": None, "cost_micros": None},
     }

@@ -109,6 +109,7 @@ def spawn(*tasks: str, sandbox: dict[str, Any] | None = None) -> Record:
         attempt=1,
         idle_ms=None,
         lifetime_ms=1,
+        grace_ms=2000,
         lock=["**"],
         budget={"wall_ms": None, "tokens": None, "cost_micros": None},
     )
@@ -181,10 +182,21 @@ def _happy(task: str = "t1") -> list[Record]:
     ]
 
 
+def _locked(audit: list[Record]) -> list[Record]:
+    """The histories here are about the lifecycle: give every spawn the lock the runtime takes
+    right before it (the lock rules have their own tests, tests/test_lock_evidence.py)."""
+    out: list[Record] = []
+    for record in audit:
+        if record.kind == "agent.spawn":
+            out.append(_rec("lock.acquire", batch=record.body["batch"], globs=record.body["lock"]))
+        out.append(record)
+    return out
+
+
 def _check(audit: list[Record], lineage: list[Record] = (), plan: bytes | None = PLAN) -> None:  # type: ignore[assignment]
     check_run_semantics(
         "r",
-        [(r, f"a{i}") for i, r in enumerate(audit)],
+        [(r, f"a{i}") for i, r in enumerate(_locked(audit))],
         [(r, f"l{i}") for i, r in enumerate(lineage)],
         plan,
     )

@@ -238,6 +238,7 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "attempt": (True, _nat),
             "idle_ms": (True, _opt_int),
             "lifetime_ms": (True, _nat),
+            "grace_ms": (True, _nat),
             "lock": (True, _str_list),
             "budget": (True, _object),
         },

@@ -174,6 +174,7 @@ class BatchJob:
                 "attempt": self.attempt,
                 "idle_ms": int(idle_s * 1000) if idle_s is not None else None,
                 "lifetime_ms": int(min(timeout_s, lifetime_s) * 1000),
+                "grace_ms": int(run.grace_s * 1000),
                 "lock": self.lock,
                 "budget": budgets.budget_of(run, self.tasks),
             },
