@@ -9,7 +9,10 @@ process (a Python script writing one file, in the sandbox when bubblewrap is the
 real gate that sleeps ``--gate-s`` seconds. ``coordinator_cpu_ms_per_task`` is the runtime
 process's own CPU (user + system, children excluded) per task: what the single-threaded loop
 spends on git, records and supervision. ``speedup`` is each level's wall time against the
-first level's. With ``--ray ADDRESS`` the same plan also runs on the Ray executor at the
+first level's. ``restore_ms`` is the P layer's restore time: from a failed attempt's
+``attempt.failed`` record to the next attempt's ``agent.started`` (a fresh worktree from the
+current HEAD, the feedback in its prompt), median of ``--restores`` retried tasks (target
+<= 2000 ms). With ``--ray ADDRESS`` the same plan also runs on the Ray executor at the
 highest level, and ``ray_overhead_ms_per_batch`` is its extra wall time per batch.
 """
 
@@ -73,6 +76,59 @@ def _plan(tasks: int, level: int, gate_s: float) -> dict[str, Any]:
     }
 
 
+_LEARNER = """
+import pathlib, sys
+ok = "What failed" in sys.stdin.read()
+pathlib.Path("answer.txt").write_text("42\\n" if ok else "41\\n")
+"""
+
+
+def _restore_ms(work: Path, tasks: int) -> float:
+    """Median restore time over ``tasks`` tasks that fail their gate once (wall clock)."""
+    from datetime import datetime
+
+    from harness.orchestrate.clock import wall_clock
+    from harness.verify.canonical import parse_canonical
+
+    script = work / "learner.py"
+    script.write_text(_LEARNER)
+    register_adapter(CommandAdapter.from_template([sys.executable, str(script)],
+                                                  name="bench-learner"))  # fmt: skip
+    check = "import pathlib, sys; sys.exit(pathlib.Path('answer.txt').read_text() != '42\\n')"
+    gate = {"name": "pytest", "command": [sys.executable, "-c", check], "timeout_s": 60}
+    plan = {
+        "plan": {"name": "restore", "max_batch": 1, "settle_ticks": 1, "max_attempts": 2},
+        "task": [{"id": f"r{i:03d}", "role": "r", "prompt": "x", "adapter": "bench-learner",
+                  "gates": [gate]} for i in range(tasks)],
+    }  # fmt: skip
+    repo = work / "restore"
+    make_repo(repo)
+    matrix = dataclasses.replace(
+        DEFAULT_MATRIX, adapters={**DEFAULT_MATRIX.adapters, "bench-learner": NO_TAGS}
+    )
+    Runtime(repo=repo, plan=parse_plan(plan), state_dir=repo / ".harness",
+            keys=OperatorKeys(Ed25519PrivateKey.generate(), b"\x02" * 32), run_id="restore",
+            clock=wall_clock, capabilities=matrix,
+            work_root=work / "restore-work").run()  # fmt: skip
+    audit = repo / ".harness" / "runs" / "restore" / "audit.jsonl"
+    records = [parse_canonical(line) for line in audit.read_bytes().splitlines()]
+
+    def at(record: dict[str, Any]) -> float:
+        return datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
+
+    failed = {r["body"]["task"]: at(r) for r in records if r["kind"] == "attempt.failed"}
+    batch_task = {r["body"]["batch"]: r["body"]["tasks"][0] for r in records
+                  if r["kind"] == "agent.spawn" and r["body"]["attempt"] == 2}  # fmt: skip
+    gaps = sorted(
+        1000 * (at(r) - failed[batch_task[r["body"]["batch"]]])
+        for r in records
+        if r["kind"] == "agent.started" and r["body"]["batch"] in batch_task
+    )
+    if len(gaps) != tasks:
+        raise SystemExit(f"restore: {len(gaps)} of {tasks} tasks were retried")
+    return round(gaps[len(gaps) // 2], 1)
+
+
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -112,6 +168,7 @@ def main() -> None:
     parser.add_argument("--gate-s", type=float, default=2.0)
     parser.add_argument("--levels", default="1,4,8,16")
     parser.add_argument("--ray", default=None, help="Ray address: also time the Ray executor")
+    parser.add_argument("--restores", type=int, default=5, help="retried tasks for restore_ms")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
@@ -133,6 +190,8 @@ def main() -> None:
             }
             for level, r in results.items()
         }
+        if args.restores:
+            out["restore_ms"] = _restore_ms(work, args.restores)
         if args.ray:
             from harness.orchestrate.executors.ray_executor import RayExecutor
 

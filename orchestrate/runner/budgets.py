@@ -1,6 +1,7 @@
 """Budgets enforced outside the agent: the run's ledger, the spawn-time and the live checks.
 
-The ledger is the rule ``harness.verify.rules.budget.Ledger``, folded over the same facts the
+The ledger (``harness.orchestrate.budgeting.RunBudget`` over the rule
+``harness.verify.rules.budget.Ledger``) is folded over the same facts the
 verifier folds over (each batch's ``agent.exit`` duration and usage, charged at retirement in
 batch order), so the runtime and the verifier hold the same ledger at every record. Two
 decisions come from it:
@@ -26,8 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.verify.rules import budget as rule
-
+from ..budgeting import RunBudget
 from ..model import Batch, TaskSpec
 from ..usage import UsageMeter
 from ..usage import meter_for as adapter_meter
@@ -37,35 +37,21 @@ if TYPE_CHECKING:
     from .job import BatchJob
 
 
-def ledger(run: RunCore) -> rule.Ledger:
-    """The run's ledger, made from the plan's limits on first use."""
-    if run.ledger is None:
-        limits, roles, tasks = run.plan.budget_ledger_limits()
-        run.ledger = rule.Ledger(limits, roles, tasks)
-    return run.ledger
+def keeper(run: RunCore) -> RunBudget:
+    """The run's budget keeper (``harness.orchestrate.budgeting``), made on first use."""
+    if run.budget is None:
+        run.budget = RunBudget(run.plan)
+    return run.budget
 
 
 def budget_of(run: RunCore, tasks: Sequence[TaskSpec]) -> dict[str, int | None]:
     """``agent.spawn.budget``: the batch's task-level limits (per resource the smallest)."""
-    task_limits = {task.id: task.budget for task in tasks}
-    return rule.batch_limits([task.id for task in tasks], task_limits).as_record()
+    return keeper(run).spawn_budget(tasks)
 
 
 def meter_for(run: RunCore, job: BatchJob) -> UsageMeter | None:
     """A usage meter for the batch's adapter (None when the adapter reports no usage)."""
     return adapter_meter(job.batch.adapter)
-
-
-def _record(breach: rule.Breach, batch: str, decision: str) -> dict[str, Any]:
-    return {
-        "batch": batch,
-        "scope": breach.scope,
-        "name": breach.name,
-        "resource": breach.resource,
-        "limit": breach.limit,
-        "used": breach.used,
-        "decision": decision,
-    }
 
 
 def usage_of(run: RunCore, job: BatchJob) -> dict[str, Any] | None:
@@ -78,47 +64,32 @@ def usage_of(run: RunCore, job: BatchJob) -> dict[str, Any] | None:
     return usage.record() if usage is not None else None
 
 
-def _spent(usage: Mapping[str, Any] | None, duration_ms: int) -> rule.Usage:
-    tokens = 0
-    cost = 0
-    if usage is not None:
-        tokens = int(usage["input_tokens"]) + int(usage["output_tokens"])
-        cost = int(usage["cost_micros"] or 0)
-    return rule.Usage(wall_ms=duration_ms, tokens=tokens, cost_micros=cost)
-
-
 def exit_breach(
     run: RunCore, job: BatchJob, usage: Mapping[str, Any] | None, duration_ms: int
 ) -> Mapping[str, Any] | None:
     """At retirement, before ``agent.exit``: the ``kill`` decision for a batch whose final
     usage breaks a budget the live checks did not catch (None when within every budget)."""
-    spent = _spent(usage, duration_ms)
-    breach = ledger(run).breach([task.id for task in job.tasks], job.batch.role, spent)
-    return _record(breach, job.batch.id, "kill") if breach is not None else None
+    meter: UsageMeter | None = job.meter
+    final = meter.usage() if meter is not None else None
+    return keeper(run).live(job.batch.id, job.tasks, duration_ms, final)
 
 
-def charge(run: RunCore, job: BatchJob, usage: Mapping[str, Any] | None, duration_ms: int) -> None:
+def charge(
+    run: RunCore, job: BatchJob, usage: Mapping[str, Any] | None, duration_ms: int
+) -> None:
     """Charge a retired batch to its tasks, its role and the run (as the verifier will)."""
-    spent = _spent(usage, duration_ms)
-    ledger(run).charge([task.id for task in job.tasks], job.batch.role, spent)
+    keeper(run).charge(job.tasks, usage, duration_ms)
 
 
 def live_breach(run: RunCore, job: BatchJob) -> Mapping[str, Any] | None:
     """The ``budget.exceeded`` body (decision ``kill``) if the running agent has broken a
     budget with what it used so far, else None."""
-    started = getattr(job, "started_at", None)
-    if started is None:
+    if job.started_at is None:
         return None
-    wall_ms = int((time.monotonic() - started) * 1000)
-    tokens = cost = 0
+    elapsed_ms = int((time.monotonic() - job.started_at) * 1000)
     meter: UsageMeter | None = job.meter
-    if meter is not None:
-        usage = meter.usage()
-        if usage is not None:
-            tokens, cost = usage.tokens, usage.cost_micros or 0
-    live = rule.Usage(wall_ms=wall_ms, tokens=tokens, cost_micros=cost)
-    breach = ledger(run).breach([task.id for task in job.tasks], job.batch.role, live)
-    return _record(breach, job.batch.id, "kill") if breach is not None else None
+    usage = meter.usage() if meter is not None else None
+    return keeper(run).live(job.batch.id, job.tasks, elapsed_ms, usage)
 
 
 def spawn_exhausted(
@@ -126,5 +97,4 @@ def spawn_exhausted(
 ) -> Mapping[str, Any] | None:
     """The ``budget.exceeded`` body (decision ``deny``) if a budget of the batch has nothing
     left, else None."""
-    breach = ledger(run).exhausted([task.id for task in tasks], batch.role)
-    return _record(breach, batch.id, "deny") if breach is not None else None
+    return keeper(run).exhausted(batch.id, tasks)

@@ -17,8 +17,8 @@ from typing import Any
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.run import RunRecorder, run_dir
 from harness.verify.fsm import TaskState, is_legal
-from harness.verify.rules.budget import Ledger
 
+from ..budgeting import RunBudget
 from ..capabilities import CapabilityMatrix, Denial
 from ..capsule import capsule_digest
 from ..model import Plan, TaskSpec
@@ -110,8 +110,8 @@ class RunCore:
         resume)."""
         self.feedback: dict[str, str] = {}
         """Per task, what failed in its last attempt: carried into the next attempt's prompt."""
-        self.ledger: Ledger | None = None
-        """The budget ledger (``harness.verify.rules.budget.Ledger``), made on first use."""
+        self.budget: RunBudget | None = None
+        """The budget keeper (``harness.orchestrate.budgeting``), made on first use."""
         self.executor: Any = None
         """Where agents run: None for local supervised processes, else a remote executor
         (``harness.orchestrate.executors``) whose handles step like ``Supervised``."""
