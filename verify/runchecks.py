@@ -36,6 +36,7 @@ def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:
     from .attemptcheck import attempt_check
     from .budgetcheck import budget_check
     from .lockcheck import lock_check
+    from .supervisecheck import supervision_check
 
-    makers: list[RunCheckFactory] = [attempt_check, budget_check, lock_check]
+    makers: list[RunCheckFactory] = [attempt_check, budget_check, lock_check, supervision_check]
     return [make(run, plan) for make in makers]
