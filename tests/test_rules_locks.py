@@ -15,7 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.verify.rules.locks import globs_intersect, lock_of, scopes_intersect
+from harness.verify.rules.locks import (
+    globs_intersect,
+    globs_intersect_dp,
+    lock_of,
+    scopes_intersect,
+)
 from harness.verify.rules.scope import check_glob, check_rel_path, glob_match
 
 TABLE = [
@@ -195,3 +200,27 @@ def test_a_glob_meets_itself_iff_it_matches_a_valid_path(g: str) -> None:
 def test_self_intersection_of_everyday_globs() -> None:
     for glob in ["**", "src/**", "**/*.py", "docs/**/x.md", "src/?.py", ".github/**", "*"]:
         assert globs_intersect(glob, glob), glob
+
+
+# --- the fast path against the reference automata ------------------------------------------
+
+big_segment = st.text(alphabet="ab.*?", min_size=1, max_size=8)
+big_globs = (
+    st.lists(st.one_of(st.just("**"), big_segment), min_size=1, max_size=5)
+    .map("/".join)
+    .filter(_valid)
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(a=big_globs, b=big_globs)
+def test_pieces_agree_with_the_product_automata(a: str, b: str) -> None:
+    """Longer globs than the enumeration can reach: the piece rules (both or neither sides
+    with loops, greedy otherwise) give the reference automata's answer."""
+    assert globs_intersect(a, b) is globs_intersect_dp(a, b)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(a=git_globs, b=st.text(alphabet=".gitGT*?a", min_size=1, max_size=7).filter(_valid))
+def test_pieces_agree_around_dot_git(a: str, b: str) -> None:
+    assert globs_intersect(a, b) is globs_intersect_dp(a, b)
