@@ -106,6 +106,21 @@ def test_cost_is_polynomial() -> None:
     assert time.perf_counter() - started < 5
 
 
+def test_cost_of_long_globs_stays_small() -> None:
+    """Globs near the 1 MiB record limit: the product automata would take hours here (a
+    2,000-character star pair already takes them seconds); the piece rules do not."""
+    started = time.perf_counter()
+    n = 100_000
+    assert globs_intersect("*a" * n + "*b", "*a" * n + "*c") is False
+    assert globs_intersect("*a" * n + "*b", "*" + "a" * n + "*b") is True
+    assert globs_intersect("a" * n + "?b", "*" + "a" * 500 + "c*") is True
+    assert globs_intersect("a" * n + "b", "*" + "a" * 1000 + "*c") is False
+    loops = "/".join(["**", "a"] * 20_000)
+    assert globs_intersect(loops + "/b", loops + "/c") is False
+    assert globs_intersect("/".join(["a"] * 20_000) + "/x", loops + "/x") is True
+    assert time.perf_counter() - started < 5
+
+
 # --- the oracle ---------------------------------------------------------------------------
 
 
