@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +45,48 @@ def _private_xdg(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     ``tmp_path``: a test's repository may live there, and keys inside a repository are
     refused."""
     _use_xdg(monkeypatch, tmp_path_factory.mktemp("xdg"))
+
+
+@pytest.fixture(scope="session")
+def retried(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[list[tuple[str, str, dict[str, Any]]], bytes]:
+    """(records in store order, plan member) of a real run whose task succeeds on attempt 2:
+    the lawful base the attempt and supervision evidence tests tamper with."""
+    from harness.orchestrate.adapters import ADAPTERS
+    from harness.orchestrate.demo import make_repo
+    from harness.verify.canonical import parse_canonical
+
+    from .evidence_helpers import make_keys
+    from .test_orchestrate_runtime import _runtime, _script
+
+    saved = dict(ADAPTERS)
+    tmp = tmp_path_factory.mktemp("retried")
+    repo = tmp / "repo"
+    make_repo(repo)
+    adapter = _script(tmp, "learner.py", """
+        import pathlib, sys
+        ok = "What failed" in sys.stdin.read()
+        pathlib.Path("answer.txt").write_text("42\\n" if ok else "41\\n")
+    """)  # fmt: skip
+    check = "import pathlib, sys; sys.exit(pathlib.Path('answer.txt').read_text() != '42\\n')"
+    gate = {"name": "pytest", "command": [sys.executable, "-c", check], "timeout_s": 30}
+    plan = {
+        "plan": {"name": "p", "settle_ticks": 1, "max_attempts": 2},
+        "task": [{"id": "t1", "role": "r", "prompt": "answer", "adapter": adapter,
+                  "gates": [gate]}],
+    }  # fmt: skip
+    try:
+        _runtime(repo, plan, make_keys()).run()
+    finally:
+        ADAPTERS.clear()
+        ADAPTERS.update(saved)
+    folder = repo / ".harness" / "runs" / "r1"
+    records: list[tuple[str, str, dict[str, Any]]] = []
+    for store in ("audit", "lineage", "replay", "control"):
+        path = folder / f"{store}.jsonl"
+        if path.exists():
+            for line in path.read_bytes().splitlines():
+                obj = parse_canonical(line)
+                records.append((store, obj["kind"], obj["body"]))
+    return records, (folder / "plan.json").read_bytes()

@@ -7,7 +7,6 @@ refusal names the record and the rule; the unchanged records verify.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,56 +14,16 @@ from typing import Any
 import pytest
 
 from harness.orchestrate.clock import LogicalClock
-from harness.orchestrate.demo import make_repo
 from harness.receipts.bundle import export_bundle
 from harness.receipts.run import RunRecorder
 from harness.verify.bundle import verify_bundle
-from harness.verify.canonical import parse_canonical
 from harness.verify.policy import TrustPolicy
 from harness.verify.rules import attempts as rule
 
 from .evidence_helpers import make_keys
-from .test_orchestrate_runtime import _runtime, _script
 
 Body = dict[str, Any]
 Records = list[tuple[str, str, Body]]
-
-
-@pytest.fixture(scope="module")
-def retried(tmp_path_factory: pytest.TempPathFactory) -> tuple[Records, bytes]:
-    """(records in store order, plan member) of a real run whose task succeeds on attempt 2."""
-    from harness.orchestrate.adapters import ADAPTERS
-
-    saved = dict(ADAPTERS)
-    tmp = tmp_path_factory.mktemp("retried")
-    repo = tmp / "repo"
-    make_repo(repo)
-    adapter = _script(tmp, "learner.py", """
-        import pathlib, sys
-        ok = "What failed" in sys.stdin.read()
-        pathlib.Path("answer.txt").write_text("42\\n" if ok else "41\\n")
-    """)  # fmt: skip
-    check = "import pathlib, sys; sys.exit(pathlib.Path('answer.txt').read_text() != '42\\n')"
-    gate = {"name": "pytest", "command": [sys.executable, "-c", check], "timeout_s": 30}
-    plan = {
-        "plan": {"name": "p", "settle_ticks": 1, "max_attempts": 2},
-        "task": [{"id": "t1", "role": "r", "prompt": "answer", "adapter": adapter,
-                  "gates": [gate]}],
-    }  # fmt: skip
-    try:
-        _runtime(repo, plan, make_keys()).run()
-    finally:
-        ADAPTERS.clear()
-        ADAPTERS.update(saved)
-    folder = repo / ".harness" / "runs" / "r1"
-    records: Records = []
-    for store in ("audit", "lineage", "replay", "control"):
-        path = folder / f"{store}.jsonl"
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                obj = parse_canonical(line)
-                records.append((store, obj["kind"], obj["body"]))
-    return records, (folder / "plan.json").read_bytes()
 
 
 def _verify(tmp: Path, records: Records, plan: bytes) -> Any:

@@ -1,11 +1,11 @@
 """The verifier's supervision check: supervisors, limits and orphans, from a real run's
-records with one change each (see tests/test_attempt_evidence.py for the run)."""
+records with one change each (the ``retried`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .test_attempt_evidence import Records, _edit, _refused, _verify, retried  # noqa: F401
+from .test_attempt_evidence import Records, _edit, _refused, _verify
 
 
 def _crashed(records: Records) -> Records:
