@@ -7,46 +7,18 @@ refusal names the record and the rule; the unchanged records verify.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.orchestrate.clock import LogicalClock
-from harness.receipts.bundle import export_bundle
-from harness.receipts.run import RunRecorder
-from harness.verify.bundle import verify_bundle
-from harness.verify.policy import TrustPolicy
 from harness.verify.rules import attempts as rule
 
-from .evidence_helpers import make_keys
+from .test_rules_evidence import _replace as _edit
+from .test_rules_evidence import _verify
 
 Body = dict[str, Any]
 Records = list[tuple[str, str, Body]]
-
-
-def _verify(tmp: Path, records: Records, plan: bytes) -> Any:
-    keys = make_keys()
-    state = tmp / "state"
-    with RunRecorder(state, "r1", keys, clock=LogicalClock()) as recorder:
-        recorder.write_plan(plan)
-        for store, kind, body in records:
-            recorder.record(store, kind, body)
-        recorder.checkpoint_all()
-    bundle = export_bundle(state, tmp / "bundle.tar", keys).path
-    return verify_bundle(bundle, pins=TrustPolicy(frozenset({keys.key_id}), "test"))
-
-
-def _edit(records: Records, kind: str, change: Callable[[Body], Body], nth: int = 0) -> Records:
-    out, seen = [], 0
-    for store, k, body in records:
-        if k == kind:
-            if seen == nth:
-                body = change(dict(body))
-            seen += 1
-        out.append((store, k, body))
-    return out
 
 
 def _refused(report: Any, words: str) -> None:

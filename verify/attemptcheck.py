@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .canonical import parse_canonical
 from .errors import VerificationError
 from .records import Record
 from .rules import attempts as rule
+from .runchecks import plan_object
 
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -143,13 +143,8 @@ def attempt_limits(plan: bytes | None) -> dict[str, int] | None:
     """Attempt limit per task id from the plan member (its ``max_attempts``, else the plan's);
     None without a plan member. Shape problems are left to the policy check, except the two
     members read here, which must be integers 1..10 (a task's may be null)."""
-    if plan is None:
-        return None
-    try:
-        obj = parse_canonical(plan)
-    except VerificationError:
-        return None  # the policy check reports an unreadable plan member
-    if type(obj) is not dict or type(obj.get("tasks")) is not list:
+    obj = plan_object(plan)
+    if obj is None:
         return None
     default = obj.get("max_attempts", 1)
     if type(default) is not int or not 1 <= default <= rule.MAX_ATTEMPTS:

@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .canonical import parse_canonical
 from .errors import VerificationError
 from .layout import plan_member
 from .records import Record
@@ -45,6 +44,7 @@ from .rules.budget import (
     Usage,
     batch_limits,
 )
+from .runchecks import plan_object
 
 DECISIONS: Final = ("kill", "deny")
 """``budget.exceeded`` decisions: ``kill`` a running batch, ``deny`` a spawn."""
@@ -84,13 +84,8 @@ def plan_budgets(plan: bytes | None, where: str = "plan member") -> PlanBudgets 
     """The limits in a plan member; None without one (or one the policy check will refuse
     for its shape). An absent ``budget``/``role_budgets`` member is no limit; a present one
     must have the record shape."""
-    if plan is None:
-        return None
-    try:
-        obj = parse_canonical(plan)
-    except VerificationError:
-        return None  # the policy check reports an unreadable plan member
-    if type(obj) is not dict or type(obj.get("tasks")) is not list:
+    obj = plan_object(plan)
+    if obj is None:
         return None
     run = _limits(obj["budget"], f"{where}: budget") if "budget" in obj else NO_LIMITS
     roles: dict[str, Limits] = {}

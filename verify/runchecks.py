@@ -9,8 +9,10 @@ this registry is the one place that lists them, in the order they run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
+from .canonical import parse_canonical
+from .errors import VerificationError
 from .records import Record
 
 
@@ -26,6 +28,20 @@ class RunCheck(Protocol):
 
 RunCheckFactory = Callable[[str, bytes | None], RunCheck]
 """``(run id, plan member bytes or None) -> RunCheck``."""
+
+
+def plan_object(plan: bytes | None) -> dict[str, Any] | None:
+    """The decoded plan member when it is an object with a ``tasks`` list, else None (no plan
+    member, or one whose shape the policy check refuses with its own message)."""
+    if plan is None:
+        return None
+    try:
+        obj = parse_canonical(plan)
+    except VerificationError:
+        return None
+    if type(obj) is not dict or type(obj.get("tasks")) is not list:
+        return None
+    return obj
 
 
 def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:

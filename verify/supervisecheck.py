@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .canonical import parse_canonical
 from .errors import VerificationError
 from .records import Record
+from .runchecks import plan_object
 
 LIFETIME_CAP_MS: Final = 1_800_000
 ANOMALIES: Final = frozenset({"timeout", "hung", "lifetime", "budget", "stop", "crash"})
@@ -161,13 +161,8 @@ def _ms(value: object, what: str, *, null: bool) -> int | None:
 
 def plan_limits(plan: bytes | None) -> _PlanLimits | None:
     """The supervision limits from the plan member; None without a readable one."""
-    if plan is None:
-        return None
-    try:
-        obj = parse_canonical(plan)
-    except VerificationError:
-        return None
-    if type(obj) is not dict or type(obj.get("tasks")) is not list:
+    obj = plan_object(plan)
+    if obj is None:
         return None
     lifetime = _ms(obj.get("lifetime_ms", LIFETIME_CAP_MS), "lifetime_ms", null=False)
     assert lifetime is not None
