@@ -277,6 +277,30 @@ def test_a_store_that_lost_sealed_records_counts_from_what_it_still_has(tmp_path
         assert writer.size == 20  # durable, but the run cannot go on sealed: it must stop
 
 
+def test_respace_changes_the_record_threshold_from_the_next_append(tmp_path: Path) -> None:
+    with RunRecorder(tmp_path, RUN_ID, KEYS, seal_every_records=10) as run:
+        for n in range(6):
+            run.record("audit", "event", _event(n))
+        run.respace(4)  # narrower (after a failure): 6 unsealed >= 4 seals on the next append
+        assert run.seal_every_records == 4
+        assert _sizes(tmp_path) == []
+        run.record("audit", "event", _event(6))
+        assert _sizes(tmp_path) == [7]
+        run.respace(20)
+        for n in range(19):
+            run.record("audit", "event", _event(n))
+        assert _sizes(tmp_path) == [7]
+        run.record("audit", "event", _event(19))
+        assert _sizes(tmp_path) == [7, 27]
+        with pytest.raises(ValueError, match="seal_every_records"):
+            run.respace(0)
+    with (
+        RunRecorder(tmp_path, RUN_ID, KEYS, seal_every_s=5.0) as run,
+        pytest.raises(ValueError, match="does not seal by record count"),
+    ):
+        run.respace(10)
+
+
 @pytest.mark.parametrize(
     ("option", "value", "error"),
     [
