@@ -334,7 +334,9 @@ def test_a_hostile_branch_bundle_is_refused(cluster: Cluster, repo: Path) -> Non
     assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*")) == refs_before
 
 
-def _job(repo: Path, tmp_path: Path, batch_id: str, code: str, *, opt_out: bool) -> Any:
+def _job(
+    repo: Path, tmp_path: Path, batch_id: str, code: str, *, opt_out: bool, extra: Any = ()
+) -> Any:
     """A batch prepared on the coordinator as ``runner.job.BatchJob.prepare`` does it (the
     attributes ``RayExecutor.start`` reads), with a plan command adapter and a real sandbox."""
     from harness.orchestrate.adapters.base import AgentRequest
@@ -358,10 +360,12 @@ def _job(repo: Path, tmp_path: Path, batch_id: str, code: str, *, opt_out: bool)
     git.add_worktree(repo, dirs.tree, branch, base)
     (dirs.io / "agent.py").write_text(code)
     adapter = CommandAdapter.from_template(
-        [os.path.abspath(sys.executable), str(dirs.io / "agent.py"), "{prompt_file}"]
+        [os.path.abspath(sys.executable), str(dirs.io / "agent.py"), "{prompt_file}", *extra]
     )
+    # harness run always has a journal (live or replay); only the scripted agent names it.
     request = AgentRequest(batch=batch, tasks=(task,), worktree=dirs.tree, prompt="write it",
-                           prompt_file=dirs.io / "prompt.txt")  # fmt: skip
+                           prompt_file=dirs.io / "prompt.txt",
+                           journal_file=tmp_path / "state" / "journals" / "run1")  # fmt: skip
     request.prompt_file.write_text(request.prompt)
     _, env = sandbox.agent(dirs, programs=[adapter.executable], network=False)
     return run, SimpleNamespace(
@@ -396,3 +400,10 @@ def test_start_turns_a_refused_bundle_into_a_crash(
     assert b"does not descend from the base" in outcome.result.stderr
     assert git.head(job.worktree) == job.base == git.head(repo, job.branch)
     assert git.is_clean(job.worktree)
+
+
+def test_start_refuses_a_batch_whose_agent_names_the_journal(repo: Path, tmp_path: Path) -> None:
+    journal = str(tmp_path / "state" / "journals" / "run1")
+    run, job = _job(repo, tmp_path, "j3", WRITER, opt_out=True, extra=("--journal", journal))
+    with pytest.raises(ValueError, match="journal is not shipped"):
+        RayExecutor("127.0.0.1:1").start(run, job)  # refused before anything is submitted

@@ -197,10 +197,15 @@ class RayExecutor:
         job prepared as for a local agent, submitted with its role's resource, landing in the
         job's worktree. Reads the job's ``batch``, ``base``, ``branch``, ``dirs``, ``worktree``,
         ``tasks``, ``adapter``, ``request``, ``env``, ``stdin``, ``limits`` and the run's
-        ``repo``, ``sandbox``, ``capabilities``, ``git_date``. A batch that uses the replay
-        journal is refused (ValueError): the journal is not shipped to workers."""
+        ``repo``, ``sandbox``, ``capabilities``, ``git_date``. A batch whose command line names
+        the replay journal (the scripted agent's) is refused (ValueError): the journal is not
+        shipped to workers."""
         request = job.request
-        if request.journal_file is not None:
+        argv = job.adapter.argv(request)
+        journal = request.journal_file
+        if journal is not None and any(str(journal) in arg for arg in argv):
+            # The scripted agent routes its model calls through the run's journal, a file of
+            # the state folder: it is not shipped (nor brought back).
             raise ValueError(f"batch {job.batch.id}: the replay journal is not shipped to Ray")
         from ..sandbox.policy import batch_network
 
@@ -211,7 +216,7 @@ class RayExecutor:
             branch=job.branch,
             repo=run.repo,
             dirs=job.dirs,
-            argv=job.adapter.argv(request),
+            argv=argv,
             env=job.env,
             stdin=job.stdin,
             limits=job.limits,
