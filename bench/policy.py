@@ -82,8 +82,12 @@ def history(n: int) -> tuple[bytes, list[Record], list[Record]]:
             actions=[(a, b) for a, b in acts])  # fmt: skip
         audit += [
             check(name, []), move(name, "planned", "open"), move(name, "open", "claimed"),
+            _rec("lock.acquire", batch=batch, globs=["src/**"]),
             _rec("agent.spawn", batch=batch, tasks=[name], adapter="s", branch=branch,
-                 worktree="w", timeout_ms=1, sandbox={"kind": "none"}, env=[]),
+                 worktree="w", timeout_ms=1, sandbox={"kind": "none"}, env=[],
+                 supervisor=f"role:{t['role']}", attempt=1, idle_ms=None, lifetime_ms=1,
+                 grace_ms=2000, lock=["src/**"],
+                 budget={"wall_ms": None, "tokens": None, "cost_micros": None}),
             move(name, "claimed", "in_progress"), check(name, acts),
             move(name, "in_progress", "gating"),
             _rec("gate.result", task=name, gate="g", passed=True, exit_code=0, duration_ms=1),
@@ -92,6 +96,7 @@ def history(n: int) -> tuple[bytes, list[Record], list[Record]]:
                  reason="unchanged"),
             _rec("merge.result", task=name, branch=branch, merged=True, commit=C, reason="c"),
             move(name, "gating", "done"),
+            _rec("lock.release", batch=batch, reason="retired"),
         ]  # fmt: skip
         lineage.append(_rec("artifact.write", "lineage", path=f"src/{name}.py", task=name))
     return plan, audit, lineage

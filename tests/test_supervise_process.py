@@ -367,7 +367,8 @@ def test_on_output_error_propagates_and_close_leaves_nothing(tmp_path: Path) -> 
     def meter(stream: str, chunk: bytes) -> None:
         raise RuntimeError("meter broke")
 
-    code = "import time; print('usage', flush=True); time.sleep(30)"
+    # one write (print makes two when PYTHONUNBUFFERED is set, as on CI machines)
+    code = "import sys, time; sys.stdout.write('usage\\n'); sys.stdout.flush(); time.sleep(30)"
     proc = Supervised.start(
         [PY, "-c", code], cwd=tmp_path, limits=Limits(wall_s=20), on_output=meter
     )
