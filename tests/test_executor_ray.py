@@ -407,3 +407,25 @@ def test_start_refuses_a_batch_whose_agent_names_the_journal(repo: Path, tmp_pat
     run, job = _job(repo, tmp_path, "j3", WRITER, opt_out=True, extra=("--journal", journal))
     with pytest.raises(ValueError, match="journal is not shipped"):
         RayExecutor("127.0.0.1:1").start(run, job)  # refused before anything is submitted
+
+
+def test_wait_any_sleeps_on_a_handle_until_its_task_finishes(
+    cluster: Cluster, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop's ``wait_any`` neither spins on a Ray handle nor oversleeps its end: the
+    handle's wake-up pipe becomes readable when Ray completes the task (the backstop poll is
+    made 60 s here, so only the pipe can wake it in time)."""
+    from harness.orchestrate.executors import ray_executor
+    from harness.orchestrate.supervise import wait_any
+
+    monkeypatch.setattr(ray_executor, "POLL_S", 60.0)
+    handle = cluster.executor.submit(_unit(repo, "w1", SLEEPER, args=("1.5",)), CODER)
+    t0 = time.monotonic()
+    wait_any([handle], 0.3)  # type: ignore[list-item]
+    assert time.monotonic() - t0 >= 0.25  # slept: nothing was ready
+    assert handle.step(0.0) is None
+    wait_any([handle], 30.0)  # type: ignore[list-item]
+    assert time.monotonic() - t0 < 15.0  # woken by the completion, not the timeout
+    outcome = handle.step(0.0)
+    assert outcome is not None and outcome.anomaly is None
+    assert handle.watch() == []

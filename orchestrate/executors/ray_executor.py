@@ -9,7 +9,11 @@ anything of it is recorded.
 
 Polling, never blocking: :meth:`RayHandle.step` asks ``ray.wait`` with a timeout, so the
 single-threaded tick loop can keep N batches in flight on the cluster as it does local
-processes.
+processes. A handle also has ``watch``/``wake_at`` like ``supervise.Supervised``, so the loop's
+``wait_any`` sleeps on it: a byte written to a pipe by the completion callback of the task's
+future (Ray's thread, not ours) wakes the selector. Without that the loop would spin on
+``step(0)`` while only remote batches are in flight (measured: 2.8 s of coordinator CPU for four
+batches, 0.6 s with the handles in ``wait_any``).
 
 Outcomes are ``harness.orchestrate.supervise.Outcome``, as for local processes: the worker
 supervises the agent itself (wall clock, lifetime, idle: ``timeout``/``lifetime``/``hung``
@@ -31,10 +35,14 @@ default): an agent mostly waits on its model, and the role resource is the limit
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from selectors import EVENT_READ
 from typing import Any
 
 from ..git import GitError
@@ -47,6 +55,8 @@ from .unit import AgentUnit, UnitResult, portable_unit, run_unit_in_tempdir
 __all__ = ["Outcome", "RayExecutor", "RayHandle", "role_resources"]
 
 NAMESPACE = "harness"
+POLL_S = 1.0
+"""Longest sleep of ``wait_any`` on a handle whose completion callback has not fired."""
 _ROLE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
@@ -83,10 +93,47 @@ class RayHandle:
         self._outcome: Outcome | None = None
         self.unit_result: UnitResult | None = None
         """The worker's full result (tip, branch bundle, profile) once done without a crash."""
+        # A wake-up pipe: Ray completes the ref's future on one of its own threads, whose
+        # callback writes one byte, so the loop's selector (``wait_any``) wakes at once instead
+        # of polling. The lock keeps a late callback from writing to a closed (reused) fd.
+        self._lock = threading.Lock()
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._rfd, False)
+        os.set_blocking(self._wfd, False)
+        self._closed = False
+        future = getattr(ref, "future", None)
+        if future is not None:
+            future().add_done_callback(self._notify)
 
     @property
     def done(self) -> bool:
         return self._outcome is not None
+
+    def _notify(self, _future: Any) -> None:
+        with self._lock:
+            if not self._closed:
+                with contextlib.suppress(OSError):  # full pipe: a wake-up is pending anyway
+                    os.write(self._wfd, b"\0")
+
+    def _close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._rfd)
+                os.close(self._wfd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._close()
+
+    def watch(self) -> list[tuple[int, int]]:
+        """``(fd, events)`` for ``supervise.wait_any``: readable once the task has finished."""
+        return [] if self._outcome is not None or self._closed else [(self._rfd, EVENT_READ)]
+
+    def wake_at(self, now: float) -> float:
+        """When to step again without a wake-up (``wait_any``): a bounded poll, in case the
+        driver loses the cluster and the future never completes."""
+        return now if self._outcome is not None else now + POLL_S
 
     def step(self, wait_s: float) -> Outcome | None:
         """Wait up to ``wait_s`` seconds for the unit; its outcome once finished, else None."""
@@ -114,7 +161,7 @@ class RayHandle:
                 self._outcome = Outcome(_crash_result(why, self._started), "crash", 0)
             else:
                 self._outcome = self._landed(value)
-
+        self._close()
         return self._outcome
 
     def _landed(self, value: UnitResult) -> Outcome:
