@@ -429,3 +429,152 @@ def test_wait_any_sleeps_on_a_handle_until_its_task_finishes(
     outcome = handle.step(0.0)
     assert outcome is not None and outcome.anomaly is None
     assert handle.watch() == []
+
+
+# -- the whole runtime on Ray (issue 11 §8) -------------------------------------------------
+
+
+def _runtime_on(cluster: Cluster, tmp_path: Path, plan: dict[str, Any], **kwargs: Any) -> Any:
+    from harness.orchestrate.demo import make_repo
+
+    from .test_orchestrate_runtime import _runtime
+
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    runtime = _runtime(repo, plan, _keys(), **kwargs)
+    runtime.executor = cluster.executor
+    return repo, runtime
+
+
+def _keys() -> Any:
+    from .evidence_helpers import make_keys
+
+    return make_keys()
+
+
+def _records_of(repo: Path, store: str = "audit") -> list[dict[str, Any]]:
+    from harness.verify.canonical import parse_canonical
+
+    path = repo / ".harness" / "runs" / "r1" / f"{store}.jsonl"
+    return [parse_canonical(line) for line in path.read_bytes().splitlines()]
+
+
+WRITER = r"""
+import pathlib, sys
+task = sys.stdin.read().split("]", 1)[0].lstrip("[")
+pathlib.Path(task).mkdir(exist_ok=True)
+pathlib.Path(task, "out.txt").write_text("written on ray by " + task + "\n")
+"""
+
+
+def test_a_run_on_ray_merges_like_a_local_run(cluster: Cluster, tmp_path: Path) -> None:
+    from harness.orchestrate.adapters import ADAPTERS, CommandAdapter, register_adapter
+    from harness.verify.fsm import TaskState
+
+    from .test_orchestrate_runtime import _verified
+
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    saved = dict(ADAPTERS)
+    register_adapter(CommandAdapter.from_template([sys.executable, str(script)], name="rw"))
+    gate = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 60}
+    tasks = [{"id": t, "role": "coder", "prompt": "x", "adapter": "rw", "scope": [f"{t}/**"],
+              "gates": [gate]} for t in ("a1", "a2", "a3")]  # fmt: skip
+    plan = {"plan": {"name": "p", "settle_ticks": 1, "max_batch": 1, "max_in_flight": 2,
+                     "concurrency": {"coder": 2}}, "task": tasks}  # fmt: skip
+    import dataclasses
+
+    from harness.orchestrate.capabilities import DEFAULT_MATRIX, NO_TAGS
+
+    from . import test_orchestrate_runtime as local
+
+    matrix = dataclasses.replace(
+        DEFAULT_MATRIX, adapters={**DEFAULT_MATRIX.adapters, "rw": NO_TAGS}
+    )
+    try:
+        local._MATRIX = matrix
+        repo, runtime = _runtime_on(cluster, tmp_path, plan)
+        summary = runtime.run()
+    finally:
+        local._MATRIX = DEFAULT_MATRIX
+        ADAPTERS.clear()
+        ADAPTERS.update(saved)
+    assert set(summary.states.values()) == {TaskState.DONE}, summary.states
+    for task in ("a1", "a2", "a3"):
+        assert (repo / task / "out.txt").read_text() == f"written on ray by {task}\n"
+    records = _records_of(repo)
+    assert [r["kind"] for r in records].count("agent.exit") == 3
+    assert not [r for r in records if r["kind"] == "agent.started"]  # no local process
+    paths = sorted(r["body"]["path"] for r in _records_of(repo, "lineage"))
+    assert paths == ["a1/out.txt", "a2/out.txt", "a3/out.txt"]
+    report = _verified(repo, runtime.keys, tmp_path)
+    assert report.status.value == "verified", report.failure
+
+
+def test_a_lost_worker_is_a_crash_and_its_batch_restarts(cluster: Cluster, tmp_path: Path) -> None:
+    from harness.orchestrate.adapters import ADAPTERS, CommandAdapter, register_adapter
+    from harness.orchestrate.sandbox import Settings
+    from harness.verify.fsm import TaskState
+
+    from .test_orchestrate_runtime import _verified
+
+    pid_file = tmp_path / "worker.pid"
+    script = tmp_path / "once.py"
+    # attempt 1 reports its Ray worker and waits to be orphaned; attempt 2 does the work
+    script.write_text(
+        "import os, pathlib, sys, time\n"
+        f"marker = pathlib.Path({str(pid_file)!r})\n"
+        "if not marker.exists():\n"
+        "    parent = os.getppid()\n"
+        "    pathlib.Path(str(marker) + '.tmp').write_text(str(parent))\n"
+        "    os.rename(str(marker) + '.tmp', marker)\n"
+        "    end = time.monotonic() + 30\n"
+        "    while os.getppid() == parent and time.monotonic() < end:\n"
+        "        time.sleep(0.05)\n"
+        "    sys.exit(3)\n"
+        "pathlib.Path('done.txt').write_text('second attempt\\n')\n"
+    )
+    saved = dict(ADAPTERS)
+    register_adapter(CommandAdapter.from_template([sys.executable, str(script)], name="once"))
+    gate = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 60}
+    plan = {"plan": {"name": "p", "settle_ticks": 1, "max_attempts": 2},
+            "task": [{"id": "t1", "role": "coder", "prompt": "x", "adapter": "once",
+                      "gates": [gate], "timeout_s": 60}]}  # fmt: skip
+    import dataclasses
+    import threading
+
+    from harness.orchestrate.capabilities import DEFAULT_MATRIX, NO_TAGS
+
+    from . import test_orchestrate_runtime as local
+
+    def kill_the_worker() -> None:
+        end = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_worker, daemon=True)
+    matrix = dataclasses.replace(
+        DEFAULT_MATRIX, adapters={**DEFAULT_MATRIX.adapters, "once": NO_TAGS}
+    )
+    try:
+        local._MATRIX = matrix
+        repo, runtime = _runtime_on(cluster, tmp_path, plan, sandbox=Settings(opt_out=True))
+        killer.start()
+        summary = runtime.run()
+    finally:
+        local._MATRIX = DEFAULT_MATRIX
+        ADAPTERS.clear()
+        ADAPTERS.update(saved)
+        killer.join(timeout=5)
+    assert summary.states["t1"] is TaskState.DONE
+    records = _records_of(repo)
+    exits = [r["body"]["anomaly"] for r in records if r["kind"] == "agent.exit"]
+    assert exits == ["crash", None]
+    (failed,) = [r["body"] for r in records if r["kind"] == "attempt.failed"]
+    assert (failed["anomaly"], failed["retry"], failed["attempt"]) == ("crash", True, 1)
+    assert (repo / "done.txt").read_text() == "second attempt\n"
+    report = _verified(repo, runtime.keys, tmp_path)
+    assert report.status.value == "verified", report.failure

@@ -216,7 +216,9 @@ class BatchJob:
             return []
         if self.gates is not None:
             return self.gates.processes()
-        return [self.proc] if isinstance(self.proc, Supervised) and not self.proc.done else []
+        # A local process or a remote handle: both give wait_any what it sleeps on
+        # (watch/wake_at/done), so the loop never spins while only remote agents run.
+        return [self.proc] if self.proc is not None and not self.proc.done else []
 
     def step(self, wait_s: float = 0.0) -> bool:
         """Advance as far as possible without blocking (longer than ``wait_s``); True once
