@@ -271,3 +271,52 @@ def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = Non
         return run.record(
             "control", "command", {"operator": operator, "command": "stop", "args": {}}
         )
+
+
+def request_abandon(
+    repo: Path, run_id: str, batch: str, operator: str, reason: str, keys: Path | None = None
+) -> tuple[int, str, str]:
+    """Abandon a retired, unmerged batch's branch: the decision first (a ``command`` record
+    ``abandon`` in the run's control store, naming the branch and its tip, so the work stays
+    recoverable from the object store until git collects it), then the branch is deleted.
+
+    Branches are otherwise never deleted (docs/spec/runtime.md §20.3). Refused (UsageError)
+    for a batch the run never spawned; refused (StateError) while the batch is in flight
+    (no ``lock.release`` yet), when its branch is gone, or when its tip is already merged into
+    HEAD (nothing would be abandoned). Returns (control seq, branch, tip).
+    """
+    from . import git
+    from .runner.resume import audit_objects
+
+    state = state_dir(repo)
+    require_runs(state, [run_id])
+    branch: str | None = None
+    released = False
+    for obj in audit_objects(state, run_id):
+        body = obj.get("body", {})
+        if obj.get("kind") == "agent.spawn" and body.get("batch") == batch:
+            branch = str(body["branch"])
+        elif obj.get("kind") == "lock.release" and body.get("batch") == batch:
+            released = True
+    if branch is None:
+        raise UsageError(f"run {run_id!r} has no batch {batch!r}")
+    if not released:
+        raise StateError(f"batch {batch!r} is still in flight: stop the run first")
+    if not git.branch_exists(repo, branch):
+        raise StateError(f"branch {branch} no longer exists")
+    tip = git.head(repo, branch)
+    if git.is_ancestor(repo, tip, "HEAD"):
+        raise StateError(f"branch {branch} is merged into HEAD: there is nothing to abandon")
+    _, operator_keys = load_run_keys(repo, keys)
+    with RunRecorder(state, run_id, operator_keys) as run:
+        seq = run.record(
+            "control",
+            "command",
+            {
+                "operator": operator,
+                "command": "abandon",
+                "args": {"batch": batch, "branch": branch, "tip": tip, "reason": reason},
+            },
+        )
+    git.delete_branch(repo, branch)
+    return seq, branch, tip

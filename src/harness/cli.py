@@ -495,6 +495,32 @@ def stop(
     typer.echo(f"stop requested (control record {seq})")
 
 
+@app.command("abandon")
+def abandon(
+    run_id: Annotated[str, typer.Option("--run", help="run id")],
+    batch: Annotated[str, typer.Option("--batch", help="batch id (b0001, ...)")],
+    reason: Annotated[str, typer.Option(help="why (recorded)")],
+    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
+    operator: Annotated[str, typer.Option(help="who decides")] = "operator",
+    keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
+) -> None:
+    """Delete the branch of a retired, unmerged batch, after recording the decision (its
+    branch and tip) in the run's control store. Branches are never deleted otherwise."""
+    from harness.orchestrate.git import GitError
+    from harness.orchestrate.state import StateError, UsageError, request_abandon
+
+    try:
+        seq, branch, tip = request_abandon(
+            repo.absolute(), run_id, batch, operator, reason, keys_dir
+        )
+    except UsageError as exc:
+        raise _usage_error(str(exc)) from None
+    except (StateError, GitError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"abandoned {branch} at {tip} (control record {seq})")
+
+
 def main() -> None:
     app()
 
