@@ -68,6 +68,13 @@ TESTS: dict[str, list[str]] = {
         "tests/test_policy_edges.py",
     ],
     "verify/ed25519.py": ["tests/test_ed25519_memo.py", "tests/test_note.py"],
+    "verify/rules/attempts.py": ["tests/test_attempt_evidence.py"],
+    "verify/attemptcheck.py": ["tests/test_attempt_evidence.py"],
+    "verify/supervisecheck.py": ["tests/test_supervision_evidence.py"],
+    "verify/rules/budget.py": ["tests/test_rules_budget.py"],
+    "verify/budgetcheck.py": ["tests/test_budget_evidence.py"],
+    "verify/rules/locks.py": ["tests/test_rules_locks.py"],
+    "verify/lockcheck.py": ["tests/test_lock_evidence.py"],
 }
 
 
