@@ -74,9 +74,7 @@ def exit_breach(
     return keeper(run).live(job.batch.id, job.tasks, duration_ms, final)
 
 
-def charge(
-    run: RunCore, job: BatchJob, usage: Mapping[str, Any] | None, duration_ms: int
-) -> None:
+def charge(run: RunCore, job: BatchJob, usage: Mapping[str, Any] | None, duration_ms: int) -> None:
     """Charge a retired batch to its tasks, its role and the run (as the verifier will)."""
     keeper(run).charge(job.tasks, usage, duration_ms)
 
