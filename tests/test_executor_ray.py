@@ -459,7 +459,7 @@ def _records_of(repo: Path, store: str = "audit") -> list[dict[str, Any]]:
     return [parse_canonical(line) for line in path.read_bytes().splitlines()]
 
 
-WRITER = r"""
+TASK_WRITER = r"""
 import pathlib, sys
 task = sys.stdin.read().split("]", 1)[0].lstrip("[")
 pathlib.Path(task).mkdir(exist_ok=True)
@@ -474,7 +474,7 @@ def test_a_run_on_ray_merges_like_a_local_run(cluster: Cluster, tmp_path: Path) 
     from .test_orchestrate_runtime import _verified
 
     script = tmp_path / "writer.py"
-    script.write_text(WRITER)
+    script.write_text(TASK_WRITER)
     saved = dict(ADAPTERS)
     register_adapter(CommandAdapter.from_template([sys.executable, str(script)], name="rw"))
     gate = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 60}
