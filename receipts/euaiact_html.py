@@ -88,7 +88,7 @@ value cannot widen a table past the page."""
 
 _CSS: Final = (
     "body{font-family:sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#111;"
-    "line-height:1.35}"
+    "line-height:1.35;overflow-wrap:break-word}"
     "h1{font-size:1.6em}h2{border-bottom:2px solid #444;padding-bottom:.1em;margin-top:1.6em}"
     "table{border-collapse:collapse;margin:.5em 0;width:100%}"
     "td,th{border:1px solid #999;padding:.2em .4em;text-align:left;vertical-align:top;"

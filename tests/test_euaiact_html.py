@@ -374,7 +374,8 @@ def test_no_table_overflows_and_every_section_present(pack: Path, tmp_path: Path
 
 
 def test_long_unbroken_values_still_fit(report: dict[str, Any], tmp_path: Path) -> None:
-    """A 300-character path, task and model without a break point cannot widen a column."""
+    """A 300-character path, task, model or word of prose without a break point cannot widen
+    a column or the page."""
     browser = _chromium()
     long = json.loads(json.dumps(report))
     word = "x" * 300
@@ -385,4 +386,6 @@ def test_long_unbroken_values_still_fit(report: dict[str, Any], tmp_path: Path) 
         task["task"] = word
     for risk in long["risks"]:
         risk["detail"] = word
+    # prose too: the key id the auditor compares is one unbroken word in a list item
+    long["verification"]["compare"] = [f"the signer key id printed equals {word}"]
     _assert_fits(_measure(browser, render_html(long), tmp_path))
