@@ -17,16 +17,11 @@ from typing import Any
 import pytest
 
 from harness.orchestrate.capabilities import DEFAULT_MATRIX, matrix_object
-from harness.orchestrate.clock import LogicalClock
 from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.plandoc import plan_bytes, plan_document
-from harness.receipts.bundle import export_bundle
-from harness.receipts.run import RunRecorder
-from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import canonical_bytes
-from harness.verify.policy import TrustPolicy
 
-from .evidence_helpers import make_keys
+from .test_rules_evidence import _verify as verify_records
 
 RUN = "r1"
 BASE = "1" * 40
@@ -155,15 +150,8 @@ def lawful(plan: bytes | None = None) -> Records:
 
 
 def _verify(tmp_path: Path, records: Records, plan: bytes | None = None) -> Any:
-    keys = make_keys()
-    state = tmp_path / "state"
-    with RunRecorder(state, RUN, keys, clock=LogicalClock()) as recorder:
-        recorder.write_plan(plan if plan is not None else plan_bytes(PLAN))
-        for store, kind, body in records:
-            recorder.record(store, kind, body)
-        recorder.checkpoint_all()
-    bundle = export_bundle(state, tmp_path / "bundle.tar", keys).path
-    return verify_bundle(bundle, pins=TrustPolicy(frozenset({keys.key_id}), "test"))
+    """Record, export and verify (the rules-evidence writer) with this file's plan."""
+    return verify_records(tmp_path, records, plan if plan is not None else plan_bytes(PLAN))
 
 
 def _index(records: Records, kind: str, batch: str) -> int:
