@@ -68,9 +68,15 @@ TESTS: dict[str, list[str]] = {
         "tests/test_policy_edges.py",
     ],
     "verify/ed25519.py": ["tests/test_ed25519_memo.py", "tests/test_note.py"],
-    "verify/rules/attempts.py": ["tests/test_attempt_evidence.py"],
-    "verify/attemptcheck.py": ["tests/test_attempt_evidence.py"],
-    "verify/supervisecheck.py": ["tests/test_supervision_evidence.py"],
+    "verify/rules/attempts.py": [
+        "tests/test_attempt_evidence.py",
+        "tests/test_run_checks_units.py",
+    ],
+    "verify/attemptcheck.py": ["tests/test_attempt_evidence.py", "tests/test_run_checks_units.py"],
+    "verify/supervisecheck.py": [
+        "tests/test_supervision_evidence.py",
+        "tests/test_run_checks_units.py",
+    ],
     "verify/rules/budget.py": ["tests/test_rules_budget.py"],
     "verify/budgetcheck.py": ["tests/test_budget_evidence.py"],
     "verify/rules/locks.py": ["tests/test_rules_locks.py"],
