@@ -144,7 +144,7 @@ class Runtime(RunCore):
                 job.step(0.0)
             if head.done:
                 return True
-            if self._stop_pending():
+            if self._stop_requested():
                 return False
             self.recorder.seal_due()  # progressive sealing goes on while agents run
             processes = [proc for job in window for proc in job.processes()]
@@ -184,31 +184,25 @@ class Runtime(RunCore):
         for task_id, target, reason in promotions(self.table):
             self.move(task_id, target, reason)
 
-    def _stop_pending(self) -> bool:
-        """Whether a stop command is waiting, without consuming it (checked while serving
-        jobs; ``_stop_requested`` consumes it at the next decision point)."""
-        path = self.folder / "control.jsonl"
-        if not path.exists():
-            return False
-        lines = path.read_bytes().splitlines()[self.control_seen :]
-        return any(
-            parse_record_line(line, "control", self.run_id).body.get("command") == "stop"
-            for line in lines
-            if line
-        )
-
     def _stop_requested(self) -> bool:
-        """True once the control store holds a new ``stop`` command (read incrementally)."""
+        """True once the control store holds a ``stop`` command. Only complete lines not read
+        before are parsed (it is asked at every decision point and between waits), and the
+        answer stays true once seen."""
+        if self.stop_seen:
+            return True
         path = self.folder / "control.jsonl"
         if not path.exists():
             return False
-        lines = path.read_bytes().splitlines()
-        new, self.control_seen = lines[self.control_seen :], len(lines)
-        for line in new:
+        with path.open("rb") as fh:
+            fh.seek(self.control_seen)
+            data = fh.read()
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
+        self.control_seen += len(complete)
+        for line in complete.splitlines():
             record = parse_record_line(line, "control", self.run_id)
             if record.kind == "command" and record.body["command"] == "stop":
-                return True
-        return False
+                self.stop_seen = True
+        return self.stop_seen
 
 
 def _settle(job: BatchJob) -> None:

@@ -235,3 +235,13 @@ def test_idle_is_the_smallest_limit_of_the_batch() -> None:
         check.audit(spawn("b2", tasks=("t1", "t3"), idle_ms=4000), "a3")
     with pytest.raises(SupervisionError, match="lifetime_ms 1, the plan gives 5000"):
         check.audit(spawn("b3", lifetime_ms=1, idle_ms=4000), "a4")
+
+
+def test_a_bad_plan_member_is_named_in_the_refusal() -> None:
+    from harness.verify.attemptcheck import attempt_check
+    from harness.verify.supervisecheck import supervision_check
+
+    with pytest.raises(AttemptError, match=r"^runs/r1/plan\.json: max_attempts"):
+        attempt_check("r1", plan(max_attempts=0))
+    with pytest.raises(SupervisionError, match=r"^runs/r1/plan\.json: lifetime_ms"):
+        supervision_check("r1", plan(lifetime_ms=0))

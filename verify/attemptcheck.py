@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .errors import VerificationError
+from .layout import plan_member
 from .records import Record
 from .rules import attempts as rule
 from .runchecks import plan_object
@@ -139,7 +140,7 @@ class AttemptCheck:
         return None
 
 
-def attempt_limits(plan: bytes | None) -> dict[str, int] | None:
+def attempt_limits(plan: bytes | None, member: str = "plan member") -> dict[str, int] | None:
     """Attempt limit per task id from the plan member (its ``max_attempts``, else the plan's);
     None without a plan member. Shape problems are left to the policy check, except the two
     members read here, which must be integers 1..10 (a task's may be null)."""
@@ -148,17 +149,17 @@ def attempt_limits(plan: bytes | None) -> dict[str, int] | None:
         return None
     default = obj.get("max_attempts", 1)
     if type(default) is not int or not 1 <= default <= rule.MAX_ATTEMPTS:
-        raise AttemptError("plan member: max_attempts must be an integer 1..10")
+        raise AttemptError(f"{member}: max_attempts must be an integer 1..10")
     limits: dict[str, int] = {}
     for item in obj["tasks"]:
         if type(item) is not dict or type(item.get("id")) is not str:
             return None
         own = item.get("max_attempts")
         if own is not None and (type(own) is not int or not 1 <= own <= rule.MAX_ATTEMPTS):
-            raise AttemptError(f"plan member: task {item['id']!r} max_attempts must be 1..10")
+            raise AttemptError(f"{member}: task {item['id']!r} max_attempts must be 1..10")
         limits[item["id"]] = default if own is None else own
     return limits
 
 
 def attempt_check(run: str, plan: bytes | None) -> AttemptCheck:
-    return AttemptCheck(run, attempt_limits(plan))
+    return AttemptCheck(run, attempt_limits(plan, plan_member(run)))

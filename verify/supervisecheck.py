@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .errors import VerificationError
+from .layout import plan_member
 from .records import Record
 from .runchecks import plan_object
 
@@ -151,30 +152,30 @@ class SupervisionCheck:
         return None
 
 
-def _ms(value: object, what: str, *, null: bool) -> int | None:
+def _ms(value: object, what: str, member: str, *, null: bool) -> int | None:
     if value is None and null:
         return None
     if type(value) is not int or value < 1:
-        raise SupervisionError(f"plan member: {what} must be a positive integer of milliseconds")
+        raise SupervisionError(f"{member}: {what} must be a positive integer of milliseconds")
     return value
 
 
-def plan_limits(plan: bytes | None) -> _PlanLimits | None:
+def plan_limits(plan: bytes | None, member: str = "plan member") -> _PlanLimits | None:
     """The supervision limits from the plan member; None without a readable one."""
     obj = plan_object(plan)
     if obj is None:
         return None
-    lifetime = _ms(obj.get("lifetime_ms", LIFETIME_CAP_MS), "lifetime_ms", null=False)
+    lifetime = _ms(obj.get("lifetime_ms", LIFETIME_CAP_MS), "lifetime_ms", member, null=False)
     assert lifetime is not None
-    idle = _ms(obj.get("idle_ms"), "idle_ms", null=True)
+    idle = _ms(obj.get("idle_ms"), "idle_ms", member, null=True)
     tasks: dict[str, int | None] = {}
     for item in obj["tasks"]:
         if type(item) is not dict or type(item.get("id")) is not str:
             return None
-        own = _ms(item.get("idle_ms"), f"task {item['id']!r} idle_ms", null=True)
+        own = _ms(item.get("idle_ms"), f"task {item['id']!r} idle_ms", member, null=True)
         tasks[item["id"]] = idle if own is None else own
     return _PlanLimits(lifetime, idle, tasks)
 
 
 def supervision_check(run: str, plan: bytes | None) -> SupervisionCheck:
-    return SupervisionCheck(run, plan_limits(plan))
+    return SupervisionCheck(run, plan_limits(plan, plan_member(run)))

@@ -101,6 +101,8 @@ class RunCore:
         self.batch_number = 1
         self.step = 0
         self.control_seen = 0
+        """Bytes of the control store already read (``Runtime._stop_requested``)."""
+        self.stop_seen = False
         self._pending: list[tuple[str, Mapping[str, Any]]] = []
         self.merged: list[str] = []
         self.prechecked: set[str] = set()

@@ -244,7 +244,7 @@ class BatchJob:
                 return
             self.outcome = outcome
             self._collect()
-            if not self._agent_ok() or self.scope_problems:
+            if not self.agent_ok() or self.scope_problems:
                 self.done = True
                 return
             self.before = worktree_state(self.worktree)
@@ -275,7 +275,8 @@ class BatchJob:
             if not any(in_scope(change.path, t.scope) for t in self.tasks)
         ]
 
-    def _agent_ok(self) -> bool:
+    def agent_ok(self) -> bool:
+        """The agent succeeded: its adapter says so, exit 0, no supervisor verdict."""
         assert self.outcome is not None and self.output is not None
         result = self.outcome.result
         return (

@@ -18,7 +18,6 @@ committed to their branches before they are removed: unmerged work is never dele
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -29,12 +28,12 @@ from harness.verify.canonical import parse_canonical
 from harness.verify.errors import VerificationError
 from harness.verify.fsm import TaskState
 from harness.verify.records import parse_record_line
-from harness.verify.rules import attempts as attempt_rule
 
 from .. import git
 from ..sandbox import BatchDirs
 from ..supervise import ProcIdentity, reap_orphan
 from .core import RunAbortedError, RunCore
+from .retire import record_failed_attempt
 
 S = TaskState
 
@@ -120,28 +119,9 @@ def _crashed_attempt(run: RunCore, task: str, batch: str) -> None:
     """A task whose batch the crash interrupted: a failed ``crash`` attempt, retried from the
     current HEAD while the rule allows, else failed. The interrupted batch itself is never
     re-run (its branch is kept), so no effect is duplicated."""
-    attempt = run.attempts.get(task, 1)
-    retry = attempt_rule.decide("crash", attempt, run.plan.attempts_for(run.specs[task]))
     reason = "resumed after a runtime crash during its batch"
-    text = reason
-    run.audit(
-        "attempt.failed",
-        {
-            "task": task,
-            "batch": batch,
-            "attempt": attempt,
-            "anomaly": "crash",
-            "reason": reason,
-            "retry": retry,
-            "checkpoint": git.head(run.repo),
-            "feedback_sha256": hashlib.sha256(text.encode()).hexdigest() if retry else None,
-        },
-    )
-    if retry:
-        run.feedback[task] = text
-        run.move(task, S.OPEN, f"attempt {attempt} failed (crash): restart after resume")
-    else:
-        run.move(task, S.FAILED, reason)
+    attempt = run.attempts.get(task, 1)
+    record_failed_attempt(run, run.specs[task], batch, attempt, "crash", reason, reason)
 
 
 def _load_feedback(run: RunCore, task: str, attempt: int) -> None:

@@ -117,7 +117,7 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     if job.error is not None:
         _fail(run, job, "crash", job.error)
         return
-    if not job._agent_ok() or exit_anomaly is not None:
+    if not job.agent_ok() or exit_anomaly is not None:
         output = job.output
         why = output.error or (
             "timed out" if result.timed_out else exit_anomaly or f"exit {result.exit_code}"
@@ -278,42 +278,47 @@ def _merge(run: RunCore, job: BatchJob) -> None:
 
 
 def _fail(run: RunCore, job: BatchJob, anomaly: str, reason: str, feedback: str = "") -> None:
-    """One failed attempt per task of the batch: retried (back to OPEN, with feedback) while
-    the rule allows, else FAILED. The checkpoint is the current HEAD: the verified work every
-    retry restarts from."""
-    checkpoint = git.head(run.repo)
+    """One failed attempt per task of the batch (``record_failed_attempt``), for the tasks the
+    batch still has running."""
     text = (reason + ("\n" + feedback if feedback else ""))[:FEEDBACK_CHARS]
     for task in job.tasks:
-        state = run.states[task.id]
-        if state not in (S.IN_PROGRESS, S.GATING):
-            continue
-        attempt = run.attempts.get(task.id, job.attempt)
-        retry = attempt_rule.decide(anomaly, attempt, _max_attempts(run, task))
-        run.audit(
-            "attempt.failed",
-            {
-                "task": task.id,
-                "batch": job.batch.id,
-                "attempt": attempt,
-                "anomaly": anomaly,
-                "reason": reason,
-                "retry": retry,
-                "checkpoint": checkpoint,
-                "feedback_sha256": feedback_sha256(text) if retry else None,
-            },
+        if run.states[task.id] in (S.IN_PROGRESS, S.GATING):
+            attempt = run.attempts.get(task.id, job.attempt)
+            record_failed_attempt(run, task, job.batch.id, attempt, anomaly, reason, text)
+
+
+def record_failed_attempt(
+    run: RunCore, task: TaskSpec, batch: str, attempt: int, anomaly: str, reason: str, text: str
+) -> None:
+    """Record one failed attempt and carry out the rule's decision: retried (back to OPEN,
+    ``text`` saved as the next prompt's feedback) while ``rules.attempts.decide`` allows, else
+    FAILED (CANCELLED for an operator stop). The checkpoint is the current HEAD: the verified
+    work every retry restarts from. Shared by retirement and by resume (a crashed batch)."""
+    checkpoint = git.head(run.repo)
+    retry = attempt_rule.decide(anomaly, attempt, run.plan.attempts_for(task))
+    run.audit(
+        "attempt.failed",
+        {
+            "task": task.id,
+            "batch": batch,
+            "attempt": attempt,
+            "anomaly": anomaly,
+            "reason": reason,
+            "retry": retry,
+            "checkpoint": checkpoint,
+            "feedback_sha256": feedback_sha256(text) if retry else None,
+        },
+    )
+    if retry:
+        run.feedback[task.id] = text
+        _save_feedback(run, task.id, attempt, text)
+        run.move(
+            task.id, S.OPEN, f"attempt {attempt} failed ({anomaly}): restart from {checkpoint[:12]}"
         )
-        if retry:
-            run.feedback[task.id] = text
-            _save_feedback(run, task.id, attempt, text)
-            run.move(
-                task.id,
-                S.OPEN,
-                f"attempt {attempt} failed ({anomaly}): restart from {checkpoint[:12]}",
-            )
-        elif anomaly == "stop":
-            run.move(task.id, S.CANCELLED, "operator stop")
-        else:
-            run.move(task.id, S.FAILED, reason)
+    elif anomaly == "stop":
+        run.move(task.id, S.CANCELLED, "operator stop")
+    else:
+        run.move(task.id, S.FAILED, reason)
 
 
 def _save_feedback(run: RunCore, task: str, attempt: int, text: str) -> None:
@@ -322,10 +327,6 @@ def _save_feedback(run: RunCore, task: str, attempt: int, text: str) -> None:
     folder = run.folder / "feedback"
     folder.mkdir(mode=0o700, exist_ok=True)
     (folder / f"{task}.{attempt}.txt").write_text(text, encoding="utf-8")
-
-
-def _max_attempts(run: RunCore, task: TaskSpec) -> int:
-    return run.plan.attempts_for(task)
 
 
 def _tail(stdout: bytes, stderr: bytes) -> str:
