@@ -75,7 +75,7 @@ from typing import Any, Final
 from harness.verify.rules import trifecta
 
 from .model import TaskSpec
-from .plan import MCP_PREFIX, NAME_RE
+from .planfields import MCP_PREFIX, NAME_RE
 
 
 class Tag(StrEnum):

@@ -1033,7 +1033,7 @@ PATHS = [
 
 @pytest.mark.parametrize("glob", GLOBS)
 def test_schema_glob_pattern_agrees_with_check_glob(glob: str) -> None:
-    from harness.orchestrate.plan import check_glob
+    from harness.orchestrate.planfields import check_glob
 
     pattern = re.compile(SCHEMA["$defs"]["glob"]["pattern"])
     assert (pattern.search(glob) is not None) == (check_glob(glob) is None)
