@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.verify.fsm import TaskState
 from harness.verify.rules.integrity import WorktreeState
+from harness.verify.rules.locks import lock_of
 from harness.verify.rules.scope import in_scope
 
 from .. import git
@@ -61,7 +62,8 @@ class BatchJob:
         self.dirs = BatchDirs(run.work / batch.id)
         self.worktree = self.dirs.tree
         self.base = ""
-        self.lock: list[str] = sorted({glob for task in self.tasks for glob in task.scope})
+        self.lock: list[str] = list(lock_of(task.scope for task in self.tasks))
+        """The batch's write lock, as the rule defines it (``rules.locks.lock_of``)."""
         self.attempt = 1
         self.request: AgentRequest | None = None
         self.adapter: Adapter | None = None
