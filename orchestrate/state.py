@@ -13,6 +13,7 @@ the worktree folder.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -269,7 +270,15 @@ def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = Non
     _, operator_keys = load_run_keys(repo, keys)
     with RunRecorder(state, run_id, operator_keys) as run:
         return run.record(
-            "control", "command", {"operator": operator, "command": "stop", "args": {}}
+            "control",
+            "command",
+            {
+                "operator": operator,
+                "command": "stop",
+                "args": {},
+                "id": secrets.token_hex(8),
+                "revision": 0,
+            },
         )
 
 
@@ -316,6 +325,8 @@ def request_abandon(
                 "operator": operator,
                 "command": "abandon",
                 "args": {"batch": batch, "branch": branch, "tip": tip, "reason": reason},
+                "id": secrets.token_hex(8),
+                "revision": 0,
             },
         )
     git.delete_branch(repo, branch)

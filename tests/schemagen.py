@@ -20,6 +20,7 @@ HEX64 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 STRING = {"type": "string", "minLength": 1}
 SAFE = 9007199254740991
 TIME_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6}Z$"
+COMMAND_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"}
 COMMIT = {"type": "string", "pattern": "^([0-9a-f]{40}|[0-9a-f]{64})$"}
 
 
@@ -36,6 +37,13 @@ def _checkers() -> dict[Any, dict[str, Any]]:
         r._bool: {"type": "boolean"},
         r._str_list: {"type": "array", "items": STRING},
         r._hex64_list: {"type": "array", "items": HEX64},
+        r._nat_list: {
+            "type": "array",
+            "items": {"type": "integer", "minimum": 0, "maximum": SAFE},
+        },
+        r._command_id: COMMAND_ID,
+        r._opt_command_id: {"oneOf": [{"type": "null"}, COMMAND_ID]},
+        r._opt_hex64: {"oneOf": [{"type": "null"}, HEX64]},
         r._task_state: {"enum": [state.value for state in TaskState]},
         r._object: {"type": "object"},
         r._git_mode: {"enum": list(r.GIT_MODES)},

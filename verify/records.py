@@ -98,6 +98,29 @@ def _str_list(value: Any) -> str | None:
     return None
 
 
+def _nat_list(value: Any) -> str | None:
+    if type(value) is not list or any(type(item) is not int or item < 0 for item in value):
+        return "a list of non-negative integers"
+    return None
+
+
+COMMAND_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A control command's id: 1-64 letters, digits, '.', '_' or '-', starting alphanumeric."""
+
+
+def _command_id(value: Any) -> str | None:
+    ok = type(value) is str and COMMAND_ID_RE.fullmatch(value)
+    return None if ok else "a command id (1-64 of A-Za-z0-9._-, starting alphanumeric)"
+
+
+def _opt_command_id(value: Any) -> str | None:
+    return None if value is None else _command_id(value)
+
+
+def _opt_hex64(value: Any) -> str | None:
+    return None if value is None else _hex64(value)
+
+
 def _task_state(value: Any) -> str | None:
     return None if type(value) is str and value in _TASK_STATES else "a task state"
 
@@ -341,6 +364,87 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "intact": (True, _bool),
             "reason": (True, _str),
         },
+        "run.status": {
+            "status": (True, _str),
+            "epoch": (True, _nat),
+            "reason": (True, _str),
+            "command": (True, _opt_command_id),
+        },
+        "command.receipt": {
+            "id": (True, _command_id),
+            "command": (True, _str),
+            "control_seq": (True, _nat),
+            "outcome": (True, _str),
+            "reason": (True, _str),
+        },
+        "round.roles": {
+            "task": (True, _str),
+            "epoch": (True, _nat),
+            "max_rounds": (True, _nat),
+            "roles": (True, _object),
+        },
+        "round.plan": {
+            "task": (True, _str),
+            "round": (True, _nat),
+            "epoch": (True, _nat),
+            "text": (True, _hex64),
+            "next": (True, _opt_str),
+            "valid": (True, _bool),
+            "reason": (True, _str),
+            "cites": (True, _nat_list),
+            "exit_code": (True, _opt_int),
+        },
+        "round.step": {
+            "task": (True, _str),
+            "round": (True, _nat),
+            "epoch": (True, _nat),
+            "text": (True, _hex64),
+            "exit_code": (True, _opt_int),
+            "claims_success": (True, _bool),
+            "commit_before": (True, _commit),
+            "commit_after": (True, _commit),
+            "changed": (True, _bool),
+            "paths": (True, _str_list),
+        },
+        "round.audit": {
+            "task": (True, _str),
+            "round": (True, _nat),
+            "epoch": (True, _nat),
+            "text": (True, _hex64),
+            "repair": (True, _opt_hex64),
+            "exit_code": (True, _opt_int),
+            "tree_before": (True, _hex64),
+            "tree_after": (True, _hex64),
+            "header_valid": (True, _bool),
+            "status": (True, _str),
+            "integrity": (True, _str),
+            "contract": (True, _str),
+            "ghost": (True, _bool),
+            "effective": (True, _str),
+        },
+        "round.end": {
+            "task": (True, _str),
+            "round": (True, _nat),
+            "epoch": (True, _nat),
+            "outcome": (True, _str),
+            "failing": (True, _nat),
+            "checkpoint": (True, _commit),
+        },
+        "round.gate": {
+            "task": (True, _str),
+            "round": (True, _nat),
+            "epoch": (True, _nat),
+            "reason": (True, _str),
+            "question": (True, _opt_hex64),
+        },
+        "round.input": {
+            "task": (True, _str),
+            "round": (True, _nat),
+            "epoch": (True, _nat),
+            "command": (True, _command_id),
+            "kind": (True, _str),
+            "text": (True, _hex64),
+        },
         "store.recovered": QUARANTINE_BODY,
     },
     "replay": {
@@ -354,7 +458,13 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         "store.recovered": QUARANTINE_BODY,
     },
     "control": {
-        "command": {"operator": (True, _str), "command": (True, _str), "args": (True, _object)},
+        "command": {
+            "operator": (True, _str),
+            "command": (True, _str),
+            "args": (True, _object),
+            "id": (True, _command_id),
+            "revision": (True, _nat),
+        },
         "store.recovered": QUARANTINE_BODY,
     },
 }
@@ -446,6 +556,10 @@ _PATTERNS: Final[dict[Checker, bytes]] = {
     _int: _INT,
     _opt_int: rb"(?:null|" + _INT + rb")",
     _bool: rb"(?:true|false)",
+    _nat_list: rb"\[(?:(?:0|[1-9][0-9]*)(?:,(?:0|[1-9][0-9]*))*)?\]",
+    _command_id: rb'"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"',
+    _opt_command_id: rb'(?:null|"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")',
+    _opt_hex64: rb"(?:null|" + _HEX64 + rb")",
     _str_list: rb"\[(?:" + _STRING + rb"(?:," + _STRING + rb")*)?\]",
     _task_state: rb'"' + _STATES + rb'"',
     _str: _STRING,

@@ -1,4 +1,4 @@
 harness-verify/v1/bundle
-db0e349520dc2aff85896b08333ccbadfe81934919253b2f99659fec378260b2
+d6e602a5666bb5af40cb7dd61cebf3ffa597e49b5a0fce5664e3fb2a6ff0ed59
 
-— harness-34750f98bd59fcfc 063Xa2ncT8W8uqZ0R0hvghj8h1/WU0qEhXuNUAeqq+aCegSW1gyCWphSRAQzm9O4Hz+HhTsvK9EDKvADsonS2zLkCAU=
+— harness-34750f98bd59fcfc 063XayEhZpaG4CELyt3obik4xTvrfDSX3JrbTmjokh+XsOOZ2xMZ0m3B85+Nz6F/T2WghjP+6EIWWAFZsMht9uLx/gs=

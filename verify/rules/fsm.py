@@ -18,7 +18,9 @@ class TaskState(StrEnum):
     OPEN = "open"
     """Ready to be picked by the scheduler."""
     BLOCKED = "blocked"
-    """A dependency failed or was cancelled/denied: cannot run until unblocked."""
+    """A dependency failed or was cancelled/denied: cannot run until unblocked. Also a rounds
+    task suspended ``incomplete`` or ``blocked`` (in_progress -> blocked): only a ``resume``
+    (continue) of its run reopens it (docs/spec/rounds.md)."""
     CLAIMED = "claimed"
     """Put in a batch; its agent has not started yet."""
     IN_PROGRESS = "in_progress"
@@ -41,7 +43,7 @@ TRANSITIONS: Final[dict[TaskState, frozenset[TaskState]]] = {
     S.OPEN: frozenset({S.CLAIMED, S.BLOCKED, S.CANCELLED, S.DENIED}),
     S.BLOCKED: frozenset({S.OPEN, S.CANCELLED}),
     S.CLAIMED: frozenset({S.IN_PROGRESS, S.OPEN, S.CANCELLED, S.DENIED}),
-    S.IN_PROGRESS: frozenset({S.GATING, S.FAILED, S.CANCELLED, S.OPEN}),
+    S.IN_PROGRESS: frozenset({S.GATING, S.FAILED, S.CANCELLED, S.OPEN, S.BLOCKED}),
     S.GATING: frozenset({S.DONE, S.FAILED, S.CANCELLED, S.OPEN}),
     S.DONE: frozenset(),
     S.FAILED: frozenset(),
