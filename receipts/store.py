@@ -100,7 +100,11 @@ class StoreWriter:
         hmac_master: bytes,
         clock: Callable[[], str] = utc_now,
         after_append: Callable[[StoreWriter], None] | None = None,
+        opened: int | None = None,
     ) -> None:
+        """``opened``: a descriptor of ``path`` the caller already opened read-write and
+        append-only with its own safety checks (receipts/safeopen.py); the writer closes it
+        from then on, unless this constructor raises (then it is still the caller's)."""
         if store not in STORES:
             raise StoreError(f"unknown store {store!r}; stores are {', '.join(STORES)}")
         if not RUN_ID_RE.fullmatch(run_id):
@@ -110,9 +114,9 @@ class StoreWriter:
         self.run_id = run_id
         self._clock = clock
         _make_dirs(path.parent)
-        existed = path.exists()
+        existed = opened is not None or path.exists()
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-        self._fd = os.open(path, flags, 0o644)
+        self._fd = os.open(path, flags, 0o644) if opened is None else opened
         if not existed:
             fsync_dir(path.parent)
         self._chain = MacChain(derive_store_key(hmac_master, store, run_id))
@@ -266,6 +270,23 @@ class StoreWriter:
         if self._after_append is not None:
             self._after_append(self)  # outside the lock: it may sign a checkpoint
         return results
+
+    def append_checked(
+        self, decide: Callable[[], tuple[str, Mapping[str, Any]] | None]
+    ) -> Appended | None:
+        """Check-then-append atomically: ``decide`` runs under the exclusive lock, after the
+        catch-up, and returns the record to append or None (append nothing); it may raise to
+        refuse. It must not lock this store itself (flock would deadlock on the second open
+        file description); it may read it, e.g. with ``os.pread`` on the same file."""
+        with self._locked():
+            self._catch_up()
+            item = decide()
+            results = None if item is None else self._write([item])
+        if results is None:
+            return None
+        if self._after_append is not None:
+            self._after_append(self)
+        return results[0]
 
     def _encode(self, batch: list[tuple[str, Mapping[str, Any]]], now: str) -> list[Appended]:
         """Build the lines of a batch; the chain state is untouched unless all of them encode."""
