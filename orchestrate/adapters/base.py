@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from harness.verify.rules.roles import denied
+
 from ..model import Batch, ModelCall, ProcResult, TaskSpec
 
 SUMMARY_LIMIT = 2048
@@ -78,6 +80,10 @@ class AgentRequest:
     allow_live_miss: bool = False
     """Replay mode: call the model on a journal miss instead of aborting (pass
     ``Journal.allow_live_miss``)."""
+    role: str = "agent"
+    """The round role the process runs as (``harness.verify.rules.roles.ROLES``): the
+    adapter adds the flags that deny the role's tool classes (``policy_flags``). ``agent``
+    (a plain task) adds none: its command line is exactly what it was before roles."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,50 @@ class Adapter(Protocol):
     def stdin(self, request: AgentRequest) -> bytes | None: ...
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput: ...
+
+
+class RoleAware(Protocol):
+    """An adapter that maps role tool policies onto its CLI's flags (docs/spec/runtime.md §22).
+
+    * ``policy_flags(request)`` -> the flags in ``argv(request)`` that deny the tool classes
+      of ``denied(request.role)``; ``[]`` for role ``agent``; ``AdapterConfigError`` for an
+      unknown role;
+    * ``enforces(role)`` -> the classes of ``denied(role)`` those flags (or the program's
+      construction: a CLI without any MCP client cannot call MCP tools) really deny, sorted.
+      A denied class missing here is enforced by the sandbox or the role is refused
+      (``harness.orchestrate.adapters.roles.uncovered``).
+    """
+
+    def policy_flags(self, request: AgentRequest) -> list[str]: ...
+
+    def enforces(self, role: str) -> tuple[str, ...]: ...
+
+
+def role_denied(role: str) -> tuple[str, ...]:
+    """``denied(role)``, an unknown role raised as ``AdapterConfigError`` (a ValueError)."""
+    try:
+        return denied(role)
+    except ValueError as exc:
+        raise AdapterConfigError(str(exc)) from None
+
+
+def policy_flags(adapter: object, request: AgentRequest) -> list[str]:
+    """The adapter's role flags for ``request``; an adapter that knows no roles has none."""
+    role_denied(request.role)
+    method = getattr(adapter, "policy_flags", None)
+    return list(method(request)) if callable(method) else []
+
+
+def enforces(adapter: object, role: str) -> tuple[str, ...]:
+    """The classes of ``denied(role)`` the adapter's flags enforce (none if it knows no roles).
+
+    Clipped to ``denied(role)`` and sorted, whatever the adapter answers, so a record never
+    claims enforcement of a class the role was not denied.
+    """
+    denied_classes = role_denied(role)
+    method = getattr(adapter, "enforces", None)
+    claimed = set(method(role)) if callable(method) else set()
+    return tuple(name for name in denied_classes if name in claimed)
 
 
 # ---- helpers shared by the adapters ---------------------------------------------------------

@@ -44,7 +44,20 @@ from .base import (
     parse_json_document,
     parse_json_lines,
     process_failure,
+    role_denied,
 )
+
+CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
+    "mcp": ("ListMcpResourcesTool", "ReadMcpResourceTool"),
+    "shell": ("Bash", "BashOutput", "KillBash", "KillShell", "PowerShell"),
+    "subagents": ("Agent", "Task"),
+    "write": ("Edit", "MultiEdit", "NotebookEdit", "Write"),
+}
+"""Claude Code's built-in tools per class (settings "Tools available to Claude"; ``Task`` was
+renamed ``Agent`` in 2.1.63 and both are listed)."""
+
+EMPTY_MCP_CONFIG = '{"mcpServers":{}}'
+"""With ``--strict-mcp-config``: load MCP servers from this config only, i.e. none."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,33 @@ class ClaudeAdapter:
         flags += ["--permission-mode", self.permission_mode]
         if request.model:
             flags += ["--model", request.model]
+        return flags + self.policy_flags(request)
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """``--disallowedTools`` with every tool of the denied classes; MCP off entirely.
+
+        Deny rules win over every permission mode (``bypassPermissions`` included). Both
+        names of the sub-agent tool are denied (``Task`` before 2.1.63, ``Agent`` since);
+        denying a name a version lacks is a no-op. MCP is not denied by tool names (the
+        ``mcp__*`` patterns are unreliable, anthropics/claude-code#13077) but by loading no
+        server: ``--strict-mcp-config`` with an empty ``--mcp-config``.
+        """
+        classes = role_denied(request.role)
+        tools = sorted({tool for name in classes for tool in CLAUDE_TOOLS[name]})
+        flags = ["--disallowedTools", ",".join(tools)] if tools else []
+        if "mcp" in classes:
+            flags += ["--strict-mcp-config", "--mcp-config", EMPTY_MCP_CONFIG]
         return flags
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """Every denied class, except ``write`` while the shell stays allowed.
+
+        The shell can write files whatever tools are denied, so ``write`` counts as enforced
+        by flags only together with ``shell`` (the Manager); the Auditor's ``write`` is the
+        sandbox's read-only mount.
+        """
+        classes = role_denied(role)
+        return tuple(c for c in classes if c != "write" or "shell" in classes)
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]

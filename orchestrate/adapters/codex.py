@@ -44,7 +44,18 @@ from .base import (
     hard_stop,
     parse_json_lines,
     process_failure,
+    role_denied,
 )
+
+CODEX_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "shell": ("features.shell_tool=false", "features.unified_exec=false"),
+    "subagents": (
+        "features.multi_agent=false",
+        "features.multi_agent_v2=false",
+        "agents.enabled=false",
+    ),
+}
+"""``-c key=value`` config overrides per denied class (codex-rs ``features.rs`` keys)."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +65,40 @@ class CodexAdapter:
     env_names: tuple[str, ...] = ("CODEX_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL")
 
     def flags(self, request: AgentRequest) -> list[str]:
-        flags = ["exec", "--json", "--full-auto", "--skip-git-repo-check"]
+        policy = self.policy_flags(request)
+        sandbox = [] if "--sandbox" in policy else ["--full-auto"]
+        flags = ["exec", "--json", *sandbox, "--skip-git-repo-check"]
         if request.model:
             flags += ["-m", request.model]
-        return [*flags, "-"]
+        return [*flags, *policy, "-"]
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """``--sandbox read-only`` (instead of ``--full-auto``) for ``write``; feature and
+        config overrides for ``shell``, ``subagents`` and ``mcp``.
+
+        ``--sandbox read-only`` makes codex's own sandbox refuse every write, by its shell
+        and by ``apply_patch`` alike. ``-c features.shell_tool=false`` removes the shell tool
+        and ``features.unified_exec=false`` its PTY variant. Sub-agents (the multi-agent
+        ``spawn_agent`` tools) need both feature flags off and, since 0.145, ``agents.enabled``
+        false (the model catalog can turn multi-agent on otherwise; an older codex rejects
+        the unknown key and exits: fails closed). MCP servers come only from the config files
+        (``-c mcp_servers={}`` does not clear them, openai/codex#16045), so
+        ``--ignore-user-config`` drops the user's ``$CODEX_HOME/config.toml`` (auth stays).
+        """
+        classes = role_denied(request.role)
+        flags: list[str] = []
+        if "write" in classes:
+            flags += ["--sandbox", "read-only"]
+        if "mcp" in classes:
+            flags.append("--ignore-user-config")
+        for name in classes:
+            for override in CODEX_OVERRIDES.get(name, ()):
+                flags += ["-c", override]
+        return flags
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """Every denied class: each has a flag (see ``policy_flags``)."""
+        return role_denied(role)
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]

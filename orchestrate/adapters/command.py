@@ -25,7 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..model import CommandSpec, ProcResult
-from .base import AdapterConfigError, AgentOutput, AgentRequest, failed, process_failure, tail
+from .base import (
+    AdapterConfigError,
+    AgentOutput,
+    AgentRequest,
+    failed,
+    process_failure,
+    role_denied,
+    tail,
+)
 
 PLACEHOLDERS = ("{prompt_file}", "{worktree}", "{model}")
 _PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
@@ -87,6 +95,16 @@ class CommandAdapter:
 
     def stdin(self, request: AgentRequest) -> bytes:
         return request.prompt.encode("utf-8")
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """None: the program is unknown, so is its way of denying a tool."""
+        role_denied(request.role)
+        return []
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """None: see ``policy_flags``."""
+        role_denied(role)
+        return ()
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         problem = process_failure(self.name, result)

@@ -40,7 +40,12 @@ from .base import (
     hard_stop,
     parse_json_document,
     process_failure,
+    role_denied,
 )
+
+NO_MCP_SERVER = "harness-no-mcp-server"
+"""The one name on ``--allowed-mcp-server-names`` for a role denied MCP: a non-empty allow-list
+that names no configured server loads none."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +56,36 @@ class GeminiAdapter:
     env_names: tuple[str, ...] = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_CLOUD_PROJECT")
 
     def flags(self, request: AgentRequest) -> list[str]:
-        flags = ["--output-format", "json", "--approval-mode", self.approval_mode]
+        policy = self.policy_flags(request)
+        approval = [] if "--approval-mode" in policy else ["--approval-mode", self.approval_mode]
+        flags = ["--output-format", "json", *approval]
         if request.model:
             flags += ["--model", request.model]
+        return flags + policy
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """``--approval-mode default`` for ``write``/``shell``; an MCP allow-list naming no
+        server for ``mcp``.
+
+        Headless, a tool that needs confirmation is denied (the policy engine's ``ask_user``
+        is ``deny`` in non-interactive mode): in ``default`` mode that is every write tool
+        and the shell, so both go together (the Auditor loses the shell too). ``plan`` mode
+        would say the same more directly but needs ``experimental.plan`` in the user's
+        settings and some versions silently fall back to ``default``. Sub-agents are allowed
+        by the built-in policy (``subagents.toml``) and no flag denies them: they are not
+        enforced here.
+        """
+        classes = role_denied(request.role)
+        flags: list[str] = []
+        if "write" in classes or "shell" in classes:
+            flags += ["--approval-mode", "default"]
+        if "mcp" in classes:
+            flags += ["--allowed-mcp-server-names", NO_MCP_SERVER]
         return flags
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """The denied classes except ``subagents`` (no flag denies gemini's sub-agents)."""
+        return tuple(c for c in role_denied(role) if c != "subagents")
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]

@@ -39,6 +39,7 @@ from .base import (
     hard_stop,
     parse_json_lines,
     process_failure,
+    role_denied,
 )
 
 
@@ -52,7 +53,23 @@ class OpencodeAdapter:
         flags = ["run", "--format", "json"]
         if request.model:
             flags += ["--model", request.model]
-        return flags
+        return flags + self.policy_flags(request)
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """``--agent plan`` for a role denied ``write`` (defence in depth, not enforcement).
+
+        The built-in ``plan`` agent's permission rules deny the edit tools, but its ``bash``
+        stays allowed (and can write), its ``task`` tool (sub-agents) and every configured MCP
+        server stay available; ``opencode run`` has no flag that denies a tool. Permissions
+        can only be set in config (``opencode.json``, ``OPENCODE_CONFIG_CONTENT``), so no
+        class counts as enforced by these flags.
+        """
+        return ["--agent", "plan"] if "write" in role_denied(request.role) else []
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """None: see ``policy_flags``."""
+        role_denied(role)
+        return ()
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]

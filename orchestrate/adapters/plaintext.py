@@ -49,6 +49,7 @@ from .base import (
     failed,
     hard_stop,
     process_failure,
+    role_denied,
     tail,
 )
 
@@ -103,7 +104,22 @@ class AiderAdapter:
         ]
         if request.model:
             flags.append(f"--model={request.model}")
+        return flags + self.policy_flags(request)
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """``--dry-run`` for ``write`` (no file is modified), ``--no-suggest-shell-commands``
+        for ``shell`` (aider runs only commands it suggested, and ``--yes-always`` would
+        run them all)."""
+        classes = role_denied(request.role)
+        flags = ["--dry-run"] if "write" in classes else []
+        if "shell" in classes:
+            flags.append("--no-suggest-shell-commands")
         return flags
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """Every denied class: ``write`` and ``shell`` by flag; aider has no MCP client and
+        no sub-agents at all."""
+        return role_denied(role)
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]
@@ -136,7 +152,18 @@ class GooseAdapter:
         flags = ["run", "--no-session", "--with-builtin", "developer"]
         if request.model:
             flags += ["--model", request.model]
-        return [*flags, "--instructions", "-"]
+        return [*flags, *self.policy_flags(request), "--instructions", "-"]
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """None: goose's tools are its extensions (MCP servers, the configured ones loaded
+        whatever the command line says) and ``goose run`` has no flag that denies a tool."""
+        role_denied(request.role)
+        return []
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """None: see ``policy_flags``."""
+        role_denied(role)
+        return ()
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]

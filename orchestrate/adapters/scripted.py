@@ -31,6 +31,7 @@ from .base import (
     hard_stop,
     parse_json_lines,
     process_failure,
+    role_denied,
     tail,
 )
 
@@ -65,6 +66,17 @@ class ScriptedAdapter:
 
     def stdin(self, request: AgentRequest) -> None:
         return None  # the prompts are in the workfile
+
+    def policy_flags(self, request: AgentRequest) -> list[str]:
+        """None needed: see ``enforces``."""
+        role_denied(request.role)
+        return []
+
+    def enforces(self, role: str) -> tuple[str, ...]:
+        """``mcp``, ``shell`` and ``subagents`` by construction: the scripted agent has no MCP
+        client, runs no command and spawns nothing. ``write`` is not: it applies the
+        workfile's edits, whatever its role (the demo's writing Auditor relies on it)."""
+        return tuple(c for c in role_denied(role) if c != "write")
 
     def parse(self, request: AgentRequest, result: ProcResult) -> AgentOutput:
         events, error = parse_json_lines(decode(result.stdout), "scripted agent")
