@@ -81,6 +81,9 @@ TESTS: dict[str, list[str]] = {
     "verify/budgetcheck.py": ["tests/test_budget_evidence.py"],
     "verify/rules/locks.py": ["tests/test_rules_locks.py"],
     "verify/lockcheck.py": ["tests/test_lock_evidence.py"],
+    "verify/rules/header.py": ["tests/test_rules_header.py"],
+    "verify/rules/rounds.py": ["tests/test_rules_rounds.py"],
+    "verify/rules/lifecycle.py": ["tests/test_rules_lifecycle.py"],
 }
 
 
