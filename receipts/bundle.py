@@ -45,6 +45,8 @@ from harness.verify.layout import (
     plan_member,
     quarantine_member,
     receipt_member,
+    round_text_digest,
+    round_text_member,
     store_member,
     tar_member_info,
 )
@@ -228,6 +230,24 @@ def _sealed_so_far(writer: StoreWriter, keys: OperatorKeys) -> list[tuple[int, b
     return [(0, keys.note_signer().sign(empty))]
 
 
+def _round_texts(folder: Path, run_id: str) -> dict[str, _Source]:
+    """Every round text of a run (``<run folder>/rounds/<sha256>.txt``, written by the rounds
+    runtime), as bundle members. A file whose name is not the SHA-256 of its bytes, or that is
+    not a regular file, stops the export: the verifier would refuse the bundle anyway."""
+    if not folder.is_dir():
+        return {}
+    texts: dict[str, _Source] = {}
+    for path in sorted(folder.iterdir()):
+        digest = round_text_digest(run_id, round_text_member(run_id, path.stem))
+        if digest is None or path.suffix != ".txt" or path.is_symlink() or not path.is_file():
+            raise ExportError(f"{path}: not a round text (<sha256>.txt, a regular file)")
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ExportError(f"{path}: its bytes do not hash to its name")
+        texts[round_text_member(run_id, digest)] = _Source(data=data)
+    return texts
+
+
 def _collect_run(
     recorder: RunRecorder, keys: OperatorKeys, members: dict[str, _Source], *, seal: bool = True
 ) -> dict[str, object]:
@@ -241,6 +261,7 @@ def _collect_run(
     if recorder.plan_path.exists():  # runtime runs: the plan run.start binds
         plan = recorder.plan_path.read_bytes()
         members[plan_member(run_id)] = _Source(data=plan)
+    members.update(_round_texts(recorder.folder / "rounds", run_id))
     for store in FOLD_ORDER:
         writer = recorder.store(store)
         if seal:

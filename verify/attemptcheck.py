@@ -133,6 +133,9 @@ class AttemptCheck:
             )
         task.retry_pending = bool(body["retry"])
 
+    def control(self, record: Record, where: str) -> None:
+        return None
+
     def lineage(self, record: Record, where: str) -> None:
         return None
 

@@ -166,6 +166,9 @@ class BudgetCheck:
         elif kind == "agent.exit":
             self._exit(record.body, where)
 
+    def control(self, record: Record, where: str) -> None:
+        return None
+
     def lineage(self, record: Record, where: str) -> None:
         return None
 

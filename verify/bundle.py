@@ -61,6 +61,8 @@ from .errors import (
 )
 from .layout import (
     ATTESTATIONS,
+    ROUND_TEXT_MAX_BYTES,
+    ROUND_TEXTS_MAX_BYTES,
     attestation_member,
     checkpoint_member,
     consistency_member,
@@ -68,6 +70,7 @@ from .layout import (
     plan_member,
     quarantine_member,
     receipt_member,
+    round_text_digest,
     store_member,
 )
 from .lineage import FOLD_ORDER
@@ -222,6 +225,8 @@ class _Pass:
         self.run: RunState | None = None
         self.results: list[StoreResult] = []
         self.counts = dict.fromkeys(("consistency", "hmac", "receipts", "tasks", "checkpoints"), 0)
+        self.round_bytes: dict[str, int] = {}
+        """Bytes of each run's round text members so far (capped: ROUND_TEXTS_MAX_BYTES)."""
 
     # ---- failures -----------------------------------------------------------------------------
     def fail(
@@ -303,6 +308,9 @@ class _Pass:
                 )
             names.update(receipt_member(run.run, seq) for seq in run.receipts)
             names.update(listed_plan_member(run.run, manifest.members))
+            # Round texts are named by their digest; which ones the records cite is known
+            # only from the audit store: the rounds check refuses the ones no record names.
+            names.update(n for n in manifest.members if round_text_digest(run.run, n))
             if run.receipts:  # attestations need at least one subject (final artifact)
                 names.update(attestation_member(run.run, name) for name in ATTESTATIONS)
         return names
@@ -352,8 +360,19 @@ class _Pass:
         if store is not None and self.checking and self.run is not None:
             self._store(reader, member, store)
             return
+        if run_id is not None and round_text_digest(run_id, name) is not None:
+            total = self.round_bytes.get(run_id, 0) + member.size
+            self.round_bytes[run_id] = total
+            if total > ROUND_TEXTS_MAX_BYTES:
+                raise ArchiveError(
+                    f"{name}: the round texts of run {run_id!r} exceed {ROUND_TEXTS_MAX_BYTES} "
+                    "bytes in all",
+                    member=name,
+                )
         if run_id is not None and store is None:
             limit = limit_for(name)  # held whole in memory: refused over its kind's limit
+            if round_text_digest(run_id, name) is not None:
+                limit = ROUND_TEXT_MAX_BYTES
             if member.size > limit:
                 raise ArchiveError(
                     f"{name}: {member.size} bytes, limit {limit} for this kind of member",
@@ -443,8 +462,10 @@ class _Pass:
             else None
         )
         if store == "audit":
-            run.semantics = run_semantics(run.claim.run, run.small.get(plan_member(run.claim.run)))
-        semantics = run.semantics if store in ("audit", "lineage") else None
+            run.semantics = run_semantics(
+                run.claim.run, run.small.get(plan_member(run.claim.run)), run.small
+            )
+        semantics = run.semantics if store in ("audit", "control", "lineage") else None
         counts = self.counts
 
         def fold(record: Record, line: bytes) -> None:
@@ -471,6 +492,8 @@ class _Pass:
                 try:
                     if store == "audit":
                         semantics.audit(record, where)
+                    elif store == "control":
+                        semantics.control(record, where)
                     elif semantics.declared:  # as check_run_semantics: no tasks, no lineage pass
                         semantics.lineage(record, where)
                 except VerificationError as exc:

@@ -26,6 +26,31 @@ def plan_member(run_id: str) -> str:
     return f"runs/{run_id}/plan.json"
 
 
+ROUND_TEXT_MAX_BYTES: Final = 256 << 10
+"""Largest round text member (a plan, claim, report, repair answer, question or operator
+input): the rules read no more than this (``rules.header.MAX_TEXT_BYTES``)."""
+ROUND_TEXTS_MAX_BYTES: Final = 64 << 20
+"""Largest total of one run's round text members: they are held in memory until the run's
+audit store has been checked (25 rounds of 4 texts of 10 KiB are 1 MiB)."""
+
+
+def round_text_member(run_id: str, digest: str) -> str:
+    """A text of a rounds task (plan, claim, report, repair, question, operator input), named
+    by the SHA-256 (lowercase hex) of its exact bytes, which round records cite."""
+    return f"runs/{run_id}/rounds/{digest}.txt"
+
+
+def round_text_digest(run_id: str, name: str) -> str | None:
+    """The digest a member name ``runs/<run>/rounds/<64 hex>.txt`` carries, else None."""
+    prefix = f"runs/{run_id}/rounds/"
+    if not name.startswith(prefix) or not name.endswith(".txt"):
+        return None
+    digest = name[len(prefix) : -len(".txt")]
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        return None
+    return digest
+
+
 def store_member(run_id: str, store: str) -> str:
     return f"runs/{run_id}/stores/{store}.jsonl"
 

@@ -129,6 +129,9 @@ class LockCheck:
         for name in tasks:
             self.task_locks.setdefault(name, []).append((batch, globs))
 
+    def control(self, record: Record, where: str) -> None:
+        return None
+
     def lineage(self, record: Record, where: str) -> None:
         if record.kind not in ("artifact.write", "artifact.delete"):
             return

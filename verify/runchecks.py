@@ -1,14 +1,15 @@
 """The per-run folds that ``harness.verify.semantics`` runs beside its own lifecycle check.
 
-Each check sees a run's audit records in store order, then its lineage records, then
-``finish``; it raises a ``VerificationError`` subclass naming the record (``where``) and the
-reason. One module per concern (write locks, budgets, attempts, ...) keeps ``semantics`` small;
-this registry is the one place that lists them, in the order they run.
+Each check sees a run's audit records in store order, then its control records, then its
+lineage records (the bundle's member order), then ``finish``; it raises a
+``VerificationError`` subclass naming the record (``where``) and the reason. One module per
+concern (write locks, budgets, attempts, ...) keeps ``semantics`` small; this
+registry is the one place that lists them, in the order they run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from .canonical import parse_canonical
@@ -20,6 +21,8 @@ class RunCheck(Protocol):
     """A fold over one run's records; raises on the first record that breaks its rule."""
 
     def audit(self, record: Record, where: str) -> None: ...
+
+    def control(self, record: Record, where: str) -> None: ...
 
     def lineage(self, record: Record, where: str) -> None: ...
 
@@ -44,15 +47,30 @@ def plan_object(plan: bytes | None) -> dict[str, Any] | None:
     return obj
 
 
-def run_checks(run: str, plan: bytes | None) -> list[RunCheck]:
-    """A fresh instance of every run check, in the order they see each record.
+def run_checks(
+    run: str, plan: bytes | None, members: Mapping[str, bytes] | None = None
+) -> list[RunCheck]:
+    """A fresh instance of every run check, in the order they see each record. ``members``
+    are the run's members read before its stores, by name (the rounds check takes its texts
+    from them; None: none).
 
     Imports are local so that check modules may import ``RunCheck`` from here.
     """
     from .attemptcheck import attempt_check
     from .budgetcheck import budget_check
+    from .commandcheck import command_check
+    from .lifecyclecheck import lifecycle_check
     from .lockcheck import lock_check
+    from .roundcheck import round_check
     from .supervisecheck import supervision_check
 
-    makers: list[RunCheckFactory] = [attempt_check, budget_check, lock_check, supervision_check]
+    makers: list[RunCheckFactory] = [
+        attempt_check,
+        budget_check,
+        lock_check,
+        supervision_check,
+        command_check,
+        lifecycle_check,
+        lambda run, plan: round_check(run, plan, members),
+    ]
     return [make(run, plan) for make in makers]

@@ -18,7 +18,7 @@ the recorded policy by ``harness.verify.policycheck`` in the same pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .errors import VerificationError
@@ -129,6 +129,11 @@ class RunSemantics:
                 )
             task.merged = task.merged or bool(body["merged"])
 
+    def control(self, record: Record, where: str) -> None:
+        """A control store record: only the run checks read them (commands and receipts)."""
+        for check in self.checks:
+            check.control(record, where)
+
     def lineage(self, record: Record, where: str) -> None:
         if self.policy is not None:
             self.policy.lineage(record, where)
@@ -155,12 +160,15 @@ class RunSemantics:
                 raise SemanticsError(f"task {name!r} was denied but ends {task.state.value!r}")
 
 
-def run_semantics(run: str, plan: bytes | None) -> RunSemantics:
-    """A fold for one run; ``plan`` is its plan member (None when the bundle has none)."""
+def run_semantics(
+    run: str, plan: bytes | None, members: Mapping[str, bytes] | None = None
+) -> RunSemantics:
+    """A fold for one run; ``plan`` is its plan member (None when the bundle has none),
+    ``members`` the run's other members read before its stores (its rounds texts)."""
     return RunSemantics(
         run,
         policy=PolicyCheck(run, plan, plan_member(run)),
-        checks=run_checks(run, plan),
+        checks=run_checks(run, plan, members),
     )
 
 
@@ -169,12 +177,17 @@ def check_run_semantics(
     audit: Iterable[tuple[Record, str]],
     lineage: Iterable[tuple[Record, str]],
     plan: bytes | None = None,
+    control: Iterable[tuple[Record, str]] = (),
+    members: Mapping[str, bytes] | None = None,
 ) -> RunSemantics:
-    """Check one run; ``audit``/``lineage`` yield (record, location) in store order, ``plan``
-    is the run's plan member (None when the bundle has none)."""
-    semantics = run_semantics(run, plan)
+    """Check one run; ``audit``/``control``/``lineage`` yield (record, location) in store
+    order, ``plan`` is the run's plan member (None when the bundle has none), ``members`` its
+    rounds text members by name."""
+    semantics = run_semantics(run, plan, members)
     for record, where in audit:
         semantics.audit(record, where)
+    for record, where in control:
+        semantics.control(record, where)
     if semantics.declared:  # without runtime records there is nothing to attribute: skip the pass
         for record, where in lineage:
             semantics.lineage(record, where)

@@ -145,6 +145,9 @@ class SupervisionCheck:
             raise SupervisionError(f"{where}: unknown orphan outcome {body['outcome']!r}")
         batch.reaped = True
 
+    def control(self, record: Record, where: str) -> None:
+        return None
+
     def lineage(self, record: Record, where: str) -> None:
         return None
 
