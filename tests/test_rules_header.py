@@ -132,6 +132,15 @@ def test_problem_clips_untrusted_values() -> None:
     )
 
 
+def test_problem_escapes_are_defined() -> None:
+    """Quote, backslash, controls and non-ASCII are escaped as rounds.md §7 says."""
+    got = parse_header("Status: a'b\\c\td\x7f\u00e9\u4e2d\U0001f600~ \n").problem
+    assert got == (
+        "line 1: Status value 'a\\'b\\\\c\\x09d\\x7f\\xe9\\u4e2d\\U0001f600~' is not one of "
+        "complete|incomplete|blocked"
+    )
+
+
 def test_size_limit_is_on_utf8_bytes() -> None:
     at = GOOD + "x" * (MAX_TEXT_BYTES - len(GOOD))
     assert parse_header(at).header is not None

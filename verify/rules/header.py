@@ -182,10 +182,28 @@ def _first_separator(text: str) -> int:
     return min(positions) if positions else -1
 
 
+CLIP: Final = 32
+"""Code points of an untrusted value shown in a problem message."""
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in "'\\":
+        return "\\" + ch
+    if 0x20 <= code <= 0x7E:
+        return ch
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
 def _clip(value: str) -> str:
-    """A short, ASCII-only rendering of untrusted text for a problem message."""
-    shown = ascii(value[:32])
-    return shown + ("..." if len(value) > 32 else "")
+    """A short, ASCII-only rendering of untrusted text for a problem message (rounds.md §7):
+    the first CLIP code points in single quotes, escaped, then ``...`` if there were more."""
+    shown = "'" + "".join(_escape(ch) for ch in value[:CLIP]) + "'"
+    return shown + ("..." if len(value) > CLIP else "")
 
 
 def _header_value(field: str, language: str, value: str) -> str | None:
