@@ -80,6 +80,18 @@ def _describe(path: str, exc: OSError) -> SafeOpenError:
     return SafeOpenError(path, reason)
 
 
+def _describe_dir(path: str, name: str, parent: int, exc: OSError) -> SafeOpenError:
+    """Linux answers ``ENOTDIR`` for a symlink opened ``O_DIRECTORY|O_NOFOLLOW``: name what it
+    is (the refusal itself does not depend on this ``lstat``, only its message)."""
+    if exc.errno == errno.ENOTDIR:
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except OSError:
+            return _describe(path, exc)
+        return SafeOpenError(path, f"is not a directory ({_kind(info.st_mode)})")
+    return _describe(path, exc)
+
+
 def _open_final(path: Path | str, flags: int, mode: int) -> int | None:
     """The common procedure; ``flags`` are the final file's access flags."""
     nofollow = _flag("O_NOFOLLOW", path)
@@ -105,7 +117,7 @@ def _open_final(path: Path | str, flags: int, mode: int) -> int | None:
             except FileNotFoundError:
                 return None
             except OSError as exc:
-                raise _describe(here, exc) from None
+                raise _describe_dir(here, part, parent, exc) from None
             os.close(parent)
             parent = child
         here = os.path.join(here, parts[-1])
@@ -138,6 +150,7 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISREG, "a regular file"),
     ):
         if test(mode):
             return name

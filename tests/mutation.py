@@ -84,6 +84,9 @@ TESTS: dict[str, list[str]] = {
     "verify/rules/header.py": ["tests/test_rules_header.py"],
     "verify/rules/rounds.py": ["tests/test_rules_rounds.py"],
     "verify/rules/lifecycle.py": ["tests/test_rules_lifecycle.py"],
+    "receipts/safeopen.py": ["tests/test_bus_safeopen.py", "tests/test_bus_reader.py"],
+    "receipts/commands.py": ["tests/test_commands.py", "tests/test_bus_reader.py"],
+    "orchestrate/bus/reader.py": ["tests/test_bus_reader.py", "tests/test_commands.py"],
 }
 
 
@@ -186,14 +189,16 @@ def run(work: Path, minutes: float, jobs: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="*", default=CORE, help="files under verify/")
+    parser.add_argument(
+        "modules", nargs="*", default=CORE, help="files under verify/, receipts/, orchestrate/"
+    )
     parser.add_argument("--minutes", type=float, default=15.0, help="stop after this long")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run in parallel")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "mutation")
     args = parser.parse_args(argv)
     for module in args.modules:
-        if not (ROOT / module).is_file() or not module.startswith("verify/"):
-            parser.error(f"not a module under verify/: {module}")
+        if not (ROOT / module).is_file() or module.split("/")[0] not in PACKAGES:
+            parser.error(f"not a module under {', '.join(PACKAGES)}: {module}")
     work = stage(args.work.resolve(), args.modules)
     summary = run(work, args.minutes, args.jobs)
     summary["modules"] = args.modules
