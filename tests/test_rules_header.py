@@ -427,7 +427,9 @@ def test_parsing_is_bounded_and_linear() -> None:
         parse_header(text)
         parse_next(text)
         parse_cites(text)
-        assert time.perf_counter() - start < 1.0, text[:20]
+        # ~0.1 s here; quadratic work on these inputs would take minutes. The slack is for
+        # loaded CI machines and mutmut's instrumented runs.
+        assert time.perf_counter() - start < 3.0, text[:20]
 
 
 @given(

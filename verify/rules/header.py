@@ -126,18 +126,10 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
     """
     if text.startswith("\ufeff"):
         text = text[1:]
-    start = 0
-    number = 0
-    size = len(text)
-    while start <= size:
-        end = text.find("\n", start)
-        if end < 0:
-            end = size
-        number += 1
-        line = text[start:end].strip(WHITESPACE)
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(WHITESPACE)
         if line:
             yield number, line
-        start = end + 1
 
 
 def _split_label(line: str) -> tuple[str, str] | None:
@@ -178,8 +170,12 @@ def _split_label(line: str) -> tuple[str, str] | None:
 
 
 def _first_separator(text: str) -> int:
-    positions = [p for p in (text.find(s) for s in SEPARATORS) if p >= 0]
-    return min(positions) if positions else -1
+    """Index of the first ``:`` or ``：`` in ``text``, -1 if there is none."""
+    ascii_colon = text.find(":")
+    wide_colon = text.find("\uff1a")
+    if ascii_colon < 0 or 0 <= wide_colon < ascii_colon:
+        return wide_colon
+    return ascii_colon
 
 
 CLIP: Final = 32
