@@ -117,9 +117,11 @@ class AiderAdapter:
         return flags
 
     def enforces(self, role: str) -> tuple[str, ...]:
-        """Every denied class: ``write`` and ``shell`` by flag; aider has no MCP client and
-        no sub-agents at all."""
-        return role_denied(role)
+        """``shell`` by flag, ``write`` by flag only with ``shell`` (a shell command can write
+        whatever ``--dry-run`` says); ``mcp`` and ``subagents`` by construction: aider has no
+        MCP client and no sub-agents."""
+        classes = role_denied(role)
+        return tuple(c for c in classes if c != "write" or "shell" in classes)
 
     def argv(self, request: AgentRequest) -> list[str]:
         return [self.executable, *self.flags(request)]

@@ -5,6 +5,13 @@ anything it does not know or on a missing required flag), edits one file in its 
 directory (``FAKE_<NAME>.md``), prints output in the real CLI's format, and obeys
 ``FAKE_MODE``: ``fail`` (the CLI's own error report), ``garbage`` (output the parser cannot
 read), ``slow`` (sleeps 30 s first, for time-out tests).
+
+Role tool policies (docs/spec/runtime.md §22): each fake also derives, from its command line
+and the way the real CLI documents it, which tool classes the run could use, and writes them
+as JSON to ``$FAKE_REPORT`` when that is set: ``{"mcp": [servers], "shell": bool,
+"subagents": bool, "write": bool}`` (``write`` is true when any tool, the shell included,
+could change files). ``$FAKE_MCP_SERVERS`` (comma-separated) stands for MCP servers found in
+the user's own configuration, which the real CLIs load unless told not to.
 """
 
 from __future__ import annotations
@@ -48,6 +55,19 @@ def read_stdin() -> str:
     if sys.stdin is None or sys.stdin.isatty():
         return ""
     return sys.stdin.read()
+
+
+def ambient_mcp() -> list[str]:
+    """MCP servers "configured" in the user's settings (``$FAKE_MCP_SERVERS``)."""
+    return sorted(n.strip() for n in os.environ.get("FAKE_MCP_SERVERS", "").split(",") if n.strip())
+
+
+def report(*, mcp: list[str], shell: bool, subagents: bool, write: bool) -> None:
+    """Write the run's usable tool classes to ``$FAKE_REPORT`` (if set)."""
+    target = os.environ.get("FAKE_REPORT")
+    if target:
+        value = {"mcp": sorted(mcp), "shell": shell, "subagents": subagents, "write": write}
+        Path(target).write_text(json.dumps(value), encoding="utf-8")
 
 
 def emit(value: Any) -> None:
