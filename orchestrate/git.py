@@ -466,3 +466,10 @@ def is_clean(worktree: Path) -> bool:
     """No modified, staged, deleted or untracked (not ignored) file in ``worktree``."""
     proc = _git(worktree, "status", "--porcelain=v1", "-z", "--untracked-files=all")
     return proc.stdout == b""
+
+
+def reset_hard(worktree: Path, commit: str) -> None:
+    """Put ``worktree`` back at exactly ``commit``: tracked files reset, untracked (and
+    ignored) files removed. Used after a read-only role changed the tree it may only read."""
+    _git(worktree, "reset", "--hard", "--quiet", commit)
+    _git(worktree, "clean", "-fdxq")

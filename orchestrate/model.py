@@ -34,6 +34,38 @@ class Edit:
 
 
 @dataclass(frozen=True)
+class RoundStep:
+    """One step of a scripted Manager's script: what it asks for, what the step edits."""
+
+    say: str
+    edits: tuple[Edit, ...] = ()
+
+
+@dataclass(frozen=True)
+class RoundsSpec:
+    """A task that runs as audited rounds (Manager / Executor / Auditor; docs/spec/rounds.md).
+
+    ``manager``/``auditor`` are adapter names (default: the task's own adapter); the task's
+    adapter is the Executor. ``steps`` and the misbehaviour switches drive the scripted roles
+    only (the demo and the tests): a real Manager plans from the goal."""
+
+    max_rounds: int = 25
+    manager: str | None = None
+    auditor: str | None = None
+    manager_model: str | None = None
+    auditor_model: str | None = None
+    steps: tuple[RoundStep, ...] = ()
+    ghost: bool = False
+    """Scripted Executor: claim success without changing anything."""
+    auditor_writes: str | None = None
+    """Scripted Auditor: try to write this repository-relative path (it must be refused)."""
+    bad_header: bool = False
+    """Scripted Auditor: first answer with an invalid header (the one repair then fixes it)."""
+    gate_wait_s: int = 3600
+    """How long a round gate (``ask`` or three failing rounds) waits for an operator."""
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """One task of a plan, as written by the operator."""
 
@@ -60,6 +92,8 @@ class TaskSpec:
     """Attempts this task may have (1..10); ``None``: the plan's ``max_attempts``."""
     idle_s: int | None = None
     """Idle limit in seconds for this task's agents (1..1800); ``None``: the plan's."""
+    rounds: RoundsSpec | None = None
+    """Set: the task runs as audited rounds (issue 12) instead of one agent run."""
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,7 @@ from .planfields import (
     _tool,
     _unique_strs,
 )
+from .rounds.spec import parse_rounds
 
 __all__ = ["PlanError", "check_rel_path", "load_plan", "parse_plan"]
 """``PlanError`` and the typed readers live in ``harness.orchestrate.planfields``."""
@@ -242,6 +243,16 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
             )
         seen_paths[edit.path] = i
 
+    rounds = None
+    if "rounds" in table:
+        rounds = parse_rounds(
+            table["rounds"], sub("rounds"), lambda item, at: _parse_edit(item, at, scope)
+        )
+        if rounds.auditor_writes is not None:
+            problem = check_rel_path(rounds.auditor_writes)
+            if problem is not None:
+                raise PlanError(sub("rounds.auditor_writes"), problem)
+
     return TaskSpec(
         id=task_id,
         role=role,
@@ -259,6 +270,7 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
         budget=budget,
         max_attempts=max_attempts,
         idle_s=idle_s,
+        rounds=rounds,
     )
 
 
@@ -283,6 +295,21 @@ def _parse_capsule(value: object) -> CapsuleSpec:
         egress=_unique_strs(table.get("egress", []), "capsule.egress", _host),
         expires=expires,
     )
+
+
+def _check_rounds_roles(tasks: Sequence[TaskSpec]) -> None:
+    """A rounds task has a role of its own: it is always a batch of one, and its role's
+    concurrency (one by default) keeps a second rounds task of that role from starting."""
+    for i, task in enumerate(tasks):
+        if task.rounds is None:
+            continue
+        other = next((t for t in tasks if t.role == task.role and t.id != task.id), None)
+        if other is not None:
+            raise PlanError(
+                f"task[{i}].role",
+                f"a rounds task needs a role of its own; task {other.id!r} also has "
+                f"role {task.role!r}",
+            )
 
 
 def _find_cycle(tasks: Sequence[TaskSpec]) -> list[str] | None:
@@ -402,6 +429,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         raise PlanError(
             f"task[{first_index[cycle[0]]}].depends", f"dependency cycle: {' -> '.join(cycle)}"
         )
+    _check_rounds_roles(tasks)
     roles = {task.role for task in tasks}
     for role in concurrency:
         if role not in roles:

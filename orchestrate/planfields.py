@@ -80,7 +80,24 @@ _TASK_KEYS: Final = (
     "budget",
     "max_attempts",
     "idle_s",
+    "rounds",
 )
+_ROUNDS_KEYS: Final = (
+    "max_rounds",
+    "manager",
+    "auditor",
+    "manager_model",
+    "auditor_model",
+    "steps",
+    "ghost",
+    "auditor_writes",
+    "bad_header",
+    "gate_wait_s",
+)
+_STEP_KEYS: Final = ("say", "edits")
+MAX_ROUNDS: Final = 1000
+"""Hard ceiling of ``rounds.max_rounds`` (``harness.verify.rules.rounds.MAX_ROUNDS_CEILING``)."""
+MAX_GATE_WAIT_S: Final = 7 * 86400
 _GATE_KEYS: Final = ("name", "command", "timeout_s")
 _EDIT_KEYS: Final = ("path", "content", "delete")
 

@@ -27,12 +27,15 @@ from __future__ import annotations
 import contextlib
 
 from harness.verify.fsm import TaskState
-from harness.verify.records import parse_record_line
 
 from .capabilities import check_task
 from .capsule import pre_spawn_violations
+from .model import Batch
+from .rounds.batch import is_rounds_batch, prior_state, run_rounds_batch
+from .rounds.job import RoundsState
 from .runner.core import ReplayMissError, RunAbortedError, RunCore, RunSummary
 from .runner.job import BatchJob
+from .runner.lifecycle import begin, finish
 from .runner.resume import resume, task_states
 from .runner.retire import retire
 from .runner.start import start
@@ -53,13 +56,15 @@ class Runtime(RunCore):
         window: list[BatchJob] = []
         try:
             check_sandboxed(self.plan, self.sandbox)
-            if not resume(self):
+            fresh = not resume(self)
+            if fresh:
                 start(self)
             self.flush()
+            begin(self, fresh=fresh)
             quiet = 0
             stopped = False
             while True:
-                if self._stop_requested():
+                if self.poll_bus():
                     stopped = True
                     self._drain(window, stop=True)
                     for task, state in sorted(self.states.items()):
@@ -82,13 +87,13 @@ class Runtime(RunCore):
                     except ReplayMissError:
                         # Strict replay: a miss aborts the whole run, recorded and sealed first.
                         self._drain(window, stop=True)
-                        self.audit("run.end", {"outcome": "aborted: replay miss"})
-                        self.flush()
+                        finish(self, stopped=False, outcome="aborted: replay miss")
                         self.recorder.checkpoint_all()
                         raise
             outcome = "stopped" if stopped else "completed"
-            self.audit("run.end", {"outcome": outcome})
-            self.flush()
+            if self.aborted:
+                outcome = "aborted: operator"
+            finish(self, stopped=stopped, outcome=outcome)
             self.recorder.checkpoint_all()
             return RunSummary(
                 self.run_id, dict(self.states), self.batch_number - 1, self.merged, stopped
@@ -103,8 +108,8 @@ class Runtime(RunCore):
         """Choose batches for the free slots (locks and role limits as the scheduler rules),
         record and flush every spawn in batch order, then start the processes."""
         free = self._max_in_flight() - len(window)
-        if free <= 0:
-            return False
+        if free <= 0 or any(is_rounds_batch(self, job.batch.tasks) for job in window):
+            return False  # a rounds task runs alone (decision 0033)
         in_flight: dict[str, int] = {}
         for job in window:
             in_flight[job.batch.role] = in_flight.get(job.batch.role, 0) + 1
@@ -115,11 +120,16 @@ class Runtime(RunCore):
             next_batch_number=self.batch_number,
             held=[job.lock for job in window],
         )[:free]
+        batches = _alone(self, batches, busy=bool(window))
         prepared: list[BatchJob] = []
+        rounds: dict[str, RoundsState] = {}
         for batch in batches:
             self.batch_number += 1
             job = BatchJob(self, batch)
             try:
+                if is_rounds_batch(self, batch.tasks):
+                    state = rounds[batch.id] = prior_state(self, batch.tasks[0])
+                    job.start_commit = state.checkpoint
                 if job.prepare():
                     prepared.append(job)
             except Exception as exc:  # a batch never takes the run (and its seal) down
@@ -127,7 +137,10 @@ class Runtime(RunCore):
         self.flush()  # every spawn is durable before any process starts
         for job in prepared:
             try:
-                job.start()
+                if job.batch.id in rounds:
+                    run_rounds_batch(self, job, rounds[job.batch.id])
+                else:
+                    job.start()
             except Exception as exc:
                 job.error = f"runtime error: {type(exc).__name__}: {exc}"
                 job.done = True
@@ -144,7 +157,7 @@ class Runtime(RunCore):
                 job.step(0.0)
             if head.done:
                 return True
-            if self._stop_requested():
+            if self.poll_bus():
                 return False
             self.recorder.seal_due()  # progressive sealing goes on while agents run
             processes = [proc for job in window for proc in job.processes()]
@@ -184,25 +197,14 @@ class Runtime(RunCore):
         for task_id, target, reason in promotions(self.table):
             self.move(task_id, target, reason)
 
-    def _stop_requested(self) -> bool:
-        """True once the control store holds a ``stop`` command. Only complete lines not read
-        before are parsed (it is asked at every decision point and between waits), and the
-        answer stays true once seen."""
-        if self.stop_seen:
-            return True
-        path = self.folder / "control.jsonl"
-        if not path.exists():
-            return False
-        with path.open("rb") as fh:
-            fh.seek(self.control_seen)
-            data = fh.read()
-        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
-        self.control_seen += len(complete)
-        for line in complete.splitlines():
-            record = parse_record_line(line, "control", self.run_id)
-            if record.kind == "command" and record.body["command"] == "stop":
-                self.stop_seen = True
-        return self.stop_seen
+
+def _alone(run: RunCore, batches: list[Batch], *, busy: bool) -> list[Batch]:
+    """A rounds batch starts only with nothing in flight, and nothing starts beside it: the
+    batches before the first rounds batch start now, the rest wait (their order is kept)."""
+    for index, batch in enumerate(batches):
+        if is_rounds_batch(run, batch.tasks):
+            return [batch] if index == 0 and not busy else batches[:index]
+    return batches
 
 
 def _settle(job: BatchJob) -> None:

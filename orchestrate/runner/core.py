@@ -103,6 +103,15 @@ class RunCore:
         self.control_seen = 0
         """Bytes of the control store already read (``Runtime._stop_requested``)."""
         self.stop_seen = False
+        self.epoch = 0
+        """The run's resume epoch: 0 at the first start, +1 per continue (``resume``)."""
+        self.status: str | None = None
+        """The run's lifecycle state (``run.status``; ``harness.verify.rules.lifecycle``)."""
+        self.suspended: dict[str, str] = {}
+        """Rounds tasks suspended ``incomplete`` or ``blocked`` (in_progress -> blocked)."""
+        self.open_gate: tuple[str, int, str] | None = None
+        """(task, round, the command that closes it) while a round gate waits."""
+        self._desk: Any = None
         self._pending: list[tuple[str, Mapping[str, Any]]] = []
         self.merged: list[str] = []
         self.prechecked: set[str] = set()
@@ -135,6 +144,42 @@ class RunCore:
         if self._pending:
             pending, self._pending = self._pending, []
             self.recorder.store("audit").append_many(pending)
+
+    @property
+    def desk(self) -> Any:
+        """The control bus desk (``runner.commands.CommandDesk``), made on first use."""
+        if self._desk is None:
+            from .commands import CommandDesk
+
+            self._desk = CommandDesk(self)
+        return self._desk
+
+    def poll_bus(self) -> bool:
+        """Answer new operator commands; True once a stop or an abort was applied."""
+        if not self.stop_seen and self.desk.poll():
+            self.stop_seen = True
+        return self.stop_seen
+
+    @property
+    def aborted(self) -> bool:
+        return self._desk is not None and self._desk.abort_command is not None
+
+    def take_gate_input(self) -> Any:
+        return self.desk.take_gate_input()
+
+    def take_instructions(self, task: str) -> list[Any]:
+        return list(self.desk.take_instructions(task))
+
+    def set_status(self, status: str, reason: str, *, command: str | None = None) -> None:
+        """Record a lifecycle step (``run.status``), flushed at once; a repeat is skipped."""
+        if status == self.status and command is None:
+            return
+        self.status = status
+        self.audit(
+            "run.status",
+            {"status": status, "epoch": self.epoch, "reason": reason, "command": command},
+        )
+        self.flush()
 
     def move(self, task: str, target: TaskState, reason: str) -> bool:
         """Apply a transition if legal; an illegal one is refused and recorded, not applied."""

@@ -87,6 +87,12 @@ class BatchJob:
         """The usage meter fed with the agent's output (None: its adapter reports none)."""
         self.budget_breach: Mapping[str, Any] | None = None
         """The ``budget.exceeded`` body when the supervisor killed the agent for its budget."""
+        self.start_commit: str | None = None
+        """Where the worktree starts (None: HEAD): a continued rounds task's checkpoint."""
+        self.suspend: str | None = None
+        """A rounds task that ended ``incomplete`` or ``blocked``: suspended at retirement."""
+        self.violation: str | None = None
+        """A rounds task whose Auditor changed the tree: failed at retirement, never merged."""
         self.done = False
         self.released = False
         """Whether its ``lock.release`` is queued (retirement releases it once)."""
@@ -108,7 +114,7 @@ class BatchJob:
             # Only a batch that crashed before its agent.spawn record leaves this behind (the
             # batch counter counts spawn records): nothing of it was merged or recorded.
             git.delete_branch(run.repo, self.branch)
-        git.add_worktree(run.repo, self.worktree, self.branch, self.base)
+        git.add_worktree(run.repo, self.worktree, self.branch, self.start_commit or self.base)
         spec = run.plan.commands.get(self.batch.adapter)
         adapter = (
             CommandAdapter.from_spec(spec) if spec is not None else get_adapter(self.batch.adapter)

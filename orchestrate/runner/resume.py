@@ -32,7 +32,8 @@ from harness.verify.records import parse_record_line
 from .. import git
 from ..sandbox import BatchDirs
 from ..supervise import ProcIdentity, reap_orphan
-from .core import RunAbortedError, RunCore
+from .core import RunCore
+from .lifecycle import take_resume
 from .retire import record_failed_attempt
 
 S = TaskState
@@ -49,14 +50,19 @@ def resume(run: RunCore) -> bool:
     started: dict[str, dict[str, Any]] = {}
     held: list[str] = []
     last = path.read_bytes().splitlines()[-1]
-    if parse_record_line(last, "audit", run.run_id).kind == "run.end":
-        raise RunAbortedError(
-            f"run {run.run_id} has already ended; start a new run (another --run id), or "
-            "replay it in a fresh checkout with the same keys (harness run --replay)"
-        )
+    ended = parse_record_line(last, "audit", run.run_id).kind == "run.end"
     for line in path.read_bytes().splitlines():
         record = parse_record_line(line, "audit", run.run_id)
         body = record.body
+        if record.kind == "run.status":
+            if int(body["epoch"]) != run.epoch:
+                run.attempts.clear()  # attempt limits count within one epoch
+            run.epoch, run.status = int(body["epoch"]), str(body["status"])
+        elif record.kind == "task.transition" and str(body["reason"]).startswith("rounds "):
+            if body["to"] == "blocked":
+                run.suspended[str(body["task"])] = str(body["reason"]).split()[1].rstrip(":")
+        elif record.kind == "task.transition" and body["from"] == "blocked":
+            run.suspended.pop(str(body["task"]), None)
         if record.kind == "run.start":
             sandbox = body.get("sandbox")
             run.run_profile = sandbox if isinstance(sandbox, Mapping) else None
@@ -103,7 +109,13 @@ def resume(run: RunCore) -> bool:
                 (b for b, tasks in batches.items() if task in tasks and branch), "unknown"
             )
     for task, batch in sorted(crashed.items()):
-        _crashed_attempt(run, task, batch)
+        if run.specs[task].rounds is not None:
+            # Its rounds are recorded as they end: suspend it; a continue goes on from the
+            # checkpoint of its last ended round.
+            run.move(task, S.BLOCKED, "rounds incomplete: interrupted by a runtime crash")
+            run.suspended[task] = "incomplete"
+        else:
+            _crashed_attempt(run, task, batch)
     if run.work.exists():
         for leftover in sorted(run.work.iterdir()):
             tree = BatchDirs(leftover).tree
@@ -112,6 +124,9 @@ def resume(run: RunCore) -> bool:
                     git.commit_all(tree, f"{leftover.name}: salvaged on resume", date=run.git_date)
             git.remove_worktree(run.repo, tree, force=True)
             shutil.rmtree(leftover, ignore_errors=True)
+    run.flush()
+    if not take_resume(run, ended=ended) and ended:
+        raise AssertionError("unreachable: take_resume raises for an ended run")
     return True
 
 

@@ -117,6 +117,14 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     if job.error is not None:
         _fail(run, job, "crash", job.error)
         return
+    if job.suspend is not None:  # a rounds task: kept for a continue (docs/spec/rounds.md)
+        for task in job.tasks:
+            run.move(task.id, S.BLOCKED, f"rounds {job.suspend}: {job.output.summary}")
+            run.suspended[task.id] = job.suspend
+        return
+    if job.violation is not None:
+        _fail(run, job, "integrity", f"auditor integrity violation: {job.violation}")
+        return
     if not job.agent_ok() or exit_anomaly is not None:
         output = job.output
         why = output.error or (
