@@ -26,9 +26,12 @@ def plan_member(run_id: str) -> str:
     return f"runs/{run_id}/plan.json"
 
 
-ROUND_TEXT_MAX_BYTES: Final = 256 << 10
+ROUND_TEXT_MAX_BYTES: Final = 1 << 20
 """Largest round text member (a plan, claim, report, repair answer, question or operator
-input): the rules read no more than this (``rules.header.MAX_TEXT_BYTES``)."""
+input). The rules read at most 256 KiB (``rules.header.MAX_TEXT_BYTES``) and call a longer text
+invalid ("too long") without scanning it; the member cap is larger so that such a text, and the
+decision taken on it, stays verifiable (the runtime saves at most this much of an agent's
+output). Same bound as a store line (``records.MAX_LINE_BYTES``)."""
 ROUND_TEXTS_MAX_BYTES: Final = 64 << 20
 """Largest total of one run's round text members: they are held in memory until the run's
 audit store has been checked (25 rounds of 4 texts of 10 KiB are 1 MiB)."""

@@ -114,6 +114,8 @@ class RoundCheck:
     epoch: int = 0
     tasks: dict[str, _Task] = field(default_factory=dict)
     named: set[str] = field(default_factory=set)
+    declared: set[str] = field(default_factory=set)
+    """Tasks declared by ``task.planned``: only those run rounds."""
     decoded: dict[str, str] = field(default_factory=dict)
     roles_rule: ModuleType | None = field(default_factory=_roles_rule)
 
@@ -148,6 +150,8 @@ class RoundCheck:
             handler = _HANDLERS.get(kind)
             if handler is not None:
                 handler(self, body, where)
+        elif kind == "task.planned":
+            self.declared.add(str(body["task"]))
         elif kind == "run.status":
             self._status(body)
         elif kind == "task.transition":
@@ -202,6 +206,8 @@ class RoundCheck:
 
     def _roles(self, body: Mapping[str, Any], where: str) -> None:
         name = str(body["task"])
+        if name not in self.declared:
+            raise RoundError(f"{where}: round.roles of task {name!r}, which was never declared")
         task = self.tasks.setdefault(name, _Task())
         if self.epoch in task.roles:
             raise RoundError(f"{where}: round.roles of task {name!r} again in epoch {self.epoch}")
@@ -259,7 +265,7 @@ class RoundCheck:
         expected = task.crashed if task.crashed is not None else task.ended + 1
         if number != expected:
             raise RoundError(f"{where}: {what}: expected round {expected}")
-        text = self._text(body["text"], where, "plan text")
+        text = self._text(body["text"], f"{where}: {what}", "plan text")
         parsed = parse_next(text)
         latest_effective, latest = task.latest if task.latest else (None, None)
         valid = parsed.action is not None and (
@@ -308,7 +314,7 @@ class RoundCheck:
                 f"{where}: {what} starts from {body['commit_before'][:12]}, not from the "
                 f"verified progress of round {task.ended} ({str(task.checkpoint)[:12]})"
             )
-        self._text(body["text"], where, "executor claim")
+        self._text(body["text"], f"{where}: {what}", "executor claim")
         current.step = body
 
     def _audit(self, body: Mapping[str, Any], where: str) -> None:
@@ -320,12 +326,12 @@ class RoundCheck:
                 f"{where}: {what}, but the round has "
                 + ("no round.step" if step is None else "an audit already")
             )
-        report = self._text(body["text"], where, "auditor report")
+        report = self._text(body["text"], f"{where}: {what}", "auditor report")
         parsed = parse_header(report)
         if body["repair"] is not None:
             if parsed.header is not None:
                 raise RoundError(f"{where}: {what}: a repair of a report whose header is valid")
-            parsed = parse_header(self._text(body["repair"], where, "repair answer"))
+            parsed = parse_header(self._text(body["repair"], f"{where}: {what}", "repair answer"))
         header = parsed.header if parsed.header is not None else REPLACEMENT
         if body["tree_before"] != body["tree_after"]:
             header = VIOLATION
@@ -423,7 +429,7 @@ class RoundCheck:
                 + ("an ask carries its question" if asked else "only an ask carries a question")
             )
         if body["question"] is not None:
-            self._text(body["question"], where, "question")
+            self._text(body["question"], f"{where}: round.gate of task {name!r}", "question")
         task.gate_record = None
 
     def _input(self, body: Mapping[str, Any], where: str) -> None:
@@ -448,7 +454,7 @@ class RoundCheck:
             task.gate_open = None
             if kind == "approve":
                 task.failing = 0  # the operator approved going on: the count starts again
-        self._text(body["text"], where, f"{kind} text")
+        self._text(body["text"], f"{where}: {what}", f"{kind} text")
 
     def _transition(self, body: Mapping[str, Any], where: str) -> None:
         name = str(body["task"])
