@@ -84,6 +84,8 @@ TESTS: dict[str, list[str]] = {
     "verify/rules/header.py": ["tests/test_rules_header.py"],
     "verify/rules/rounds.py": ["tests/test_rules_rounds.py"],
     "verify/rules/lifecycle.py": ["tests/test_rules_lifecycle.py"],
+    "verify/rules/roles.py": ["tests/test_adapter_roles.py"],
+    "orchestrate/adapters/roles.py": ["tests/test_adapter_roles.py"],
     "receipts/safeopen.py": ["tests/test_bus_safeopen.py", "tests/test_bus_reader.py"],
     "receipts/commands.py": ["tests/test_commands.py", "tests/test_bus_reader.py"],
     "orchestrate/bus/reader.py": ["tests/test_bus_reader.py", "tests/test_commands.py"],

@@ -137,8 +137,8 @@ CLAUDE_MANAGER = (
 NO_SUBAGENTS = ["-c", "features.multi_agent=false", "-c", "features.multi_agent_v2=false",
                 "-c", "agents.enabled=false"]  # fmt: skip
 EXPECTED: dict[tuple[str, str], list[str]] = {
-    ("claude", "manager"): ["--disallowedTools", CLAUDE_MANAGER, "--strict-mcp-config",
-                            "--mcp-config", '{"mcpServers":{}}'],
+    ("claude", "manager"): ["--disallowedTools", CLAUDE_MANAGER, "--tools", "Glob,Grep,Read",
+                            "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}'],
     ("claude", "executor"): ["--disallowedTools", "Agent,Task"],
     ("claude", "auditor"): ["--disallowedTools", "Agent,Edit,MultiEdit,NotebookEdit,Task,Write"],
     ("codex", "manager"): ["--sandbox", "read-only", "--ignore-user-config", "-c",
@@ -265,8 +265,7 @@ def test_claude_manager_init_lists_no_shell_subagent_or_mcp(tmp_path: Path, fake
     init = json.loads(result.stdout.decode().splitlines()[0])
     assert init["subtype"] == "init"
     assert init["mcp_servers"] == []
-    assert not {"Bash", "Agent", "Task", "Write", "Edit"} & set(init["tools"])
-    assert "Read" in init["tools"]
+    assert init["tools"] == ["Glob", "Grep", "Read"]
     plain = run_fake(adapter, request(tmp_path / "plain"), tmp_path / "plain.json")
     init = json.loads(plain.stdout.decode().splitlines()[0])
     assert [s["name"] for s in init["mcp_servers"]] == ["github", "postgres"]

@@ -23,6 +23,15 @@ Assumed CLI: Claude Code 1.x/2.x (``@anthropic-ai/claude-code``). Invocation::
 * ``--permission-mode acceptEdits``: file edits are allowed without a prompt (nobody is there
   to answer); other tools stay under the default policy;
 * ``--model M``: an alias (``sonnet``) or a full model name.
+
+Role tool policies (docs/spec/runtime.md §22), per the CLI reference
+(https://code.claude.com/docs/en/cli-reference), permissions
+(https://code.claude.com/docs/en/permissions) and sub-agents
+(https://code.claude.com/docs/en/sub-agents): ``--disallowedTools`` removes built-in tools
+whatever the permission mode (``--tools`` replaces the built-in set); the sub-agent tool is
+``Agent`` since 2.1.63 (``Task`` before; anthropics/claude-code#29677), both denied;
+``--strict-mcp-config --mcp-config '{"mcpServers":{}}'`` loads no MCP server (``mcp__*``
+deny patterns are not honoured reliably: anthropics/claude-code#13077).
 """
 
 from __future__ import annotations
@@ -56,6 +65,9 @@ CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
 """Claude Code's built-in tools per class (settings "Tools available to Claude"; ``Task`` was
 renamed ``Agent`` in 2.1.63 and both are listed)."""
 
+READ_ONLY_TOOLS: tuple[str, ...] = ("Glob", "Grep", "Read")
+"""The whole built-in tool set (``--tools``) of a role denied every class."""
+
 EMPTY_MCP_CONFIG = '{"mcpServers":{}}'
 """With ``--strict-mcp-config``: load MCP servers from this config only, i.e. none."""
 
@@ -88,11 +100,17 @@ class ClaudeAdapter:
         names of the sub-agent tool are denied (``Task`` before 2.1.63, ``Agent`` since);
         denying a name a version lacks is a no-op. MCP is not denied by tool names (the
         ``mcp__*`` patterns are unreliable, anthropics/claude-code#13077) but by loading no
-        server: ``--strict-mcp-config`` with an empty ``--mcp-config``.
+        server: ``--strict-mcp-config`` with an empty ``--mcp-config``. A role denied every
+        class also gets ``--tools Glob,Grep,Read`` (the built-in tool set becomes exactly
+        these; a CLI too old for the flag refuses it and exits: fails closed).
         """
         classes = role_denied(request.role)
         tools = sorted({tool for name in classes for tool in CLAUDE_TOOLS[name]})
         flags = ["--disallowedTools", ",".join(tools)] if tools else []
+        if set(classes) == set(CLAUDE_TOOLS):
+            # Denied every class (the Manager): also replace the built-in tool set by the
+            # read-only tools, so a tool added by a later version is not available either.
+            flags += ["--tools", ",".join(READ_ONLY_TOOLS)]
         if "mcp" in classes:
             flags += ["--strict-mcp-config", "--mcp-config", EMPTY_MCP_CONFIG]
         return flags

@@ -26,6 +26,15 @@ Assumed CLI: codex-cli 0.4x+ (the Rust ``codex-rs``; the JSONL schema of
 * ``--skip-git-repo-check``: do not refuse a directory codex does not take for a trusted repo
   (a linked git worktree);
 * ``-m M``: the model.
+
+Role tool policies (docs/spec/runtime.md §22), per ``codex exec --help`` and the config
+reference (https://developers.openai.com/codex/config-reference): ``--sandbox read-only``
+(instead of ``--full-auto``) for ``write``; ``-c features.shell_tool=false`` (and
+``features.unified_exec=false``) for ``shell`` (keys of ``codex-rs/core/src/features.rs``);
+``-c features.multi_agent=false -c features.multi_agent_v2=false -c agents.enabled=false``
+for ``subagents`` (the model catalog enables multi-agent otherwise, codex 0.145+);
+``--ignore-user-config`` for ``mcp`` (openai/codex#18646; ``-c mcp_servers={}`` does not
+clear servers, openai/codex#16045).
 """
 
 from __future__ import annotations

@@ -20,6 +20,14 @@ Invocation::
 * ``--approval-mode auto_edit``: edit tools run without confirmation (headless mode otherwise
   leaves out tools that need one);
 * ``--model``/``-m``: the model.
+
+Role tool policies (docs/spec/runtime.md §22), per the CLI reference
+(https://geminicli.com/docs/cli/cli-reference/) and the policy engine
+(https://geminicli.com/docs/reference/policy-engine/): headless, ``ask_user`` is ``deny``,
+so ``--approval-mode default`` (instead of ``auto_edit``) leaves out the write tools and
+the shell; ``--allowed-mcp-server-names`` naming no server loads none. Sub-agents
+(https://geminicli.com/docs/core/subagents) are allowed by the built-in policy and no flag
+denies them: not enforced.
 """
 
 from __future__ import annotations

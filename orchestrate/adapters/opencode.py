@@ -20,6 +20,11 @@ Assumed CLI: opencode 0.15+/1.x (``run --format json``). Invocation::
   ``error`` event, so the events decide. The stream names no model: the requested one (or
   ``unspecified``) is reported;
 * ``--model``/``-m``: ``provider/model``.
+
+Role tool policies (docs/spec/runtime.md §22), per https://opencode.ai/docs/permissions/ and
+https://opencode.ai/docs/agents/: ``run`` has no flag that denies a tool; ``--agent plan``
+(edit tools denied, ``bash``/``task``/MCP kept) is passed for roles denied ``write`` as
+defence in depth, and no class counts as enforced.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ goose — assumed CLI: goose 1.x (block/goose). Invocation::
 * output: plain text, starting with a banner line like
   ``starting session | provider: anthropic model: claude-sonnet-4``. (Recent goose also has
   ``--output-format json``; its schema is not relied upon here.)
+
+Role tool policies (docs/spec/runtime.md §22): aider (https://aider.chat/docs/config/options.html)
+gets ``--dry-run`` for ``write`` and ``--no-suggest-shell-commands`` for ``shell``, and has
+neither MCP nor sub-agents; goose's tools are MCP extensions loaded from its config, and
+``goose run`` has no flag that denies one: nothing is enforced.
 """
 
 from __future__ import annotations

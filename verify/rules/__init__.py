@@ -11,12 +11,12 @@ Modules: ``fsm`` (task lifecycle), ``trifecta`` (capability denial, sandbox lowe
 ``scope`` (globs, paths, times), ``capsule`` (intent-capsule conformance), ``schedule``
 (batch choice), ``integrity`` (gates leave the worktree unchanged), ``attempts`` (the P
 layer: anomaly classes and retries), ``budget`` (the budget ledger: charges, breaches,
-exhaustion).
+exhaustion), ``roles`` (the tool classes each round role is denied).
 """
 
 from __future__ import annotations
 
-from . import attempts, budget, capsule, fsm, integrity, schedule, scope, trifecta
+from . import attempts, budget, capsule, fsm, integrity, roles, schedule, scope, trifecta
 
 __all__ = [
     "attempts",
@@ -24,6 +24,7 @@ __all__ = [
     "capsule",
     "fsm",
     "integrity",
+    "roles",
     "schedule",
     "scope",
     "trifecta",
