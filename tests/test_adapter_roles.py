@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from harness.orchestrate.adapters import (
     ADAPTERS,
@@ -29,6 +30,9 @@ from harness.orchestrate.model import Batch, ProcResult, TaskSpec
 from harness.verify.rules.roles import CLASSES, ROLES, check_classes, denied
 
 FAKES = Path(__file__).parent / "fakes"
+SCHEMA = json.loads(
+    (Path(__file__).parents[1] / "schemas" / "role-policy.schema.json").read_text("utf-8")
+)
 CLI_NAMES = ("claude", "codex", "gemini", "aider", "opencode")
 ROUND_ROLES = ("manager", "executor", "auditor")
 
@@ -305,8 +309,24 @@ def test_role_policy_records_the_rule(tmp_path: Path, name: str, role: str) -> N
     assert all(isinstance(flag, str) for flag in policy["flags"])
     assert str(tmp_path) not in " ".join(policy["flags"])  # no host paths, no prompt
     assert "Write the marker." not in " ".join(policy["flags"])
-    json.dumps(policy)  # JSON as recorded
+    assert list(Draft202012Validator(SCHEMA).iter_errors(policy)) == []
     assert role_policy(adapter, dataclasses.replace(made, model=None))["model"] is None
+
+
+def test_schema_refuses_malformed_policies() -> None:
+    good = {"adapter": "codex", "model": None, "denied": ["write"], "enforced_by_flags": [],
+            "flags": []}  # fmt: skip
+    validator = Draft202012Validator(SCHEMA)
+    assert list(validator.iter_errors(good)) == []
+    for bad in (
+        {**good, "denied": ["network"]},
+        {**good, "denied": ["write", "write"]},
+        {**good, "model": 3},
+        {**good, "extra": True},
+        {key: value for key, value in good.items() if key != "flags"},
+        {**good, "flags": [1]},
+    ):
+        assert list(validator.iter_errors(bad)), bad
 
 
 def test_uncovered(tmp_path: Path) -> None:
