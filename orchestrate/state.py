@@ -13,12 +13,20 @@ the worktree folder.
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from harness.receipts.commands import (
+    CommandConflict,
+    ControlLogError,
+    Issued,
+    RunEnded,
+    UnknownRunError,
+    issue_command,
+)
 from harness.receipts.keys import (
     KeyFileError,
     OperatorKeys,
@@ -264,21 +272,95 @@ def run_plan(
         ray.close()
 
 
-def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = None) -> int:
+def request_command(
+    repo: Path,
+    run_id: str,
+    command: str,
+    args: Mapping[str, Any],
+    operator: str,
+    keys: Path | None = None,
+    *,
+    command_id: str | None = None,
+    revision: int | None = None,
+) -> Issued:
+    """Put an operator command on the run's control bus (``receipts.commands``): idempotent by
+    id (an exact replay returns the existing record), refused for an unknown run (UsageError),
+    for a different payload under a known id, or once the run has ended (StateError)."""
     state = state_dir(repo)
+    check_run_id(run_id)
     require_runs(state, [run_id])
     _, operator_keys = load_run_keys(repo, keys)
-    with RunRecorder(state, run_id, operator_keys) as run:
-        return run.record(
-            "control",
-            "command",
-            {
-                "operator": operator,
-                "command": "stop",
-                "args": {},
-                "id": secrets.token_hex(8),
-                "revision": 0,
-            },
+    try:
+        return issue_command(
+            state,
+            run_id,
+            operator_keys,
+            operator=operator,
+            command=command,
+            args=args,
+            command_id=command_id,
+            revision=revision,
+        )
+    except UnknownRunError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except (CommandConflict, RunEnded, ControlLogError) as exc:
+        raise StateError(str(exc)) from None
+
+
+def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = None) -> int:
+    return request_command(repo, run_id, "stop", {}, operator, keys).seq
+
+
+def last_status(state: Path, run_id: str) -> tuple[str | None, bool]:
+    """(the run's last ``run.status``, whether its audit store ends with ``run.end``)."""
+    from .runner.resume import audit_objects
+
+    status: str | None = None
+    ended = False
+    for obj in audit_objects(state, run_id):
+        ended = obj.get("kind") == "run.end"
+        if obj.get("kind") == "run.status":
+            status = str(obj["body"]["status"])
+    return status, ended
+
+
+def check_continuable(state: Path, run_id: str) -> None:
+    """A continue needs a run that ended blocked or incomplete, or one that crashed (no
+    ``run.end``): refused before anything is written (a resume no run answers would stay
+    without its receipt)."""
+    require_runs(state, [run_id])
+    status, ended = last_status(state, run_id)
+    if ended and status not in ("blocked", "incomplete"):
+        raise StateError(
+            f"run {run_id} ended {status or 'without a status'}: only a blocked or incomplete "
+            "run (or one that crashed) can continue; use --retry for a new run"
+        )
+
+
+def recorded_plan_digest(state: Path, run_id: str) -> str:
+    from .runner.resume import audit_objects
+
+    for obj in audit_objects(state, run_id):
+        if obj.get("kind") == "run.start":
+            return str(obj["body"]["plan_sha256"])
+    raise StateError(f"run {run_id} has no run.start record")
+
+
+def check_same_plan(state: Path, run_id: str, plan_file: Path) -> None:
+    """A retry starts a new run from the saved task: the plan file must still be the plan
+    the run recorded (same document digest), else the retry would run another task."""
+    try:
+        plan = load_plan(plan_file)
+    except (PlanError, OSError) as exc:
+        raise StateError(str(exc)) from None
+    from .plandoc import plan_bytes, plan_sha256
+
+    if plan_sha256(plan_bytes(plan)) != recorded_plan_digest(state, run_id):
+        raise StateError(
+            f"{plan_file} is not the plan run {run_id} recorded (its digest differs): a retry "
+            "must start from the saved task"
         )
 
 
@@ -316,18 +398,27 @@ def request_abandon(
     tip = git.head(repo, branch)
     if git.is_ancestor(repo, tip, "HEAD"):
         raise StateError(f"branch {branch} is merged into HEAD: there is nothing to abandon")
+    issued = request_command(
+        repo,
+        run_id,
+        "abandon",
+        {"batch": batch, "branch": branch, "tip": tip, "reason": reason},
+        operator,
+        keys,
+    )
     _, operator_keys = load_run_keys(repo, keys)
-    with RunRecorder(state, run_id, operator_keys) as run:
-        seq = run.record(
-            "control",
-            "command",
-            {
-                "operator": operator,
-                "command": "abandon",
-                "args": {"batch": batch, "branch": branch, "tip": tip, "reason": reason},
-                "id": secrets.token_hex(8),
-                "revision": 0,
-            },
-        )
+    if not issued.replayed:  # the CLI applies it: its receipt, then the effect
+        with RunRecorder(state, run_id, operator_keys) as run:
+            run.record(
+                "audit",
+                "command.receipt",
+                {
+                    "id": issued.id,
+                    "command": "abandon",
+                    "control_seq": issued.seq,
+                    "outcome": "applied",
+                    "reason": f"branch {branch} deleted at {tip}",
+                },
+            )
     git.delete_branch(repo, branch)
-    return seq, branch, tip
+    return issued.seq, branch, tip

@@ -469,30 +469,13 @@ def status(
     runs = sorted(set(run_ids)) if run_ids else known_runs(state)
     if not runs:
         typer.echo("no runs")
+    from harness.orchestrate.state import last_status
+
     for run_id in runs:
-        typer.echo(f"run {run_id}")
+        run_status, _ = last_status(state, run_id)
+        typer.echo(f"run {run_id}" + (f": {run_status}" if run_status else ""))
         for task, task_state in sorted(task_states(state, run_id).items()):
             typer.echo(f"  {task:12} {task_state}")
-
-
-@app.command("stop")
-def stop(
-    run_id: Annotated[str, typer.Option("--run", help="run id")],
-    repo: Annotated[Path, typer.Option("--repo", help="git repository")] = Path(),
-    operator: Annotated[str, typer.Option(help="who asks")] = "operator",
-    keys_dir: Annotated[Path | None, typer.Option("--keys", help=_KEYS_HELP)] = None,
-) -> None:
-    """Ask a running run to stop: recorded in its control store, honoured at the next tick."""
-    from harness.orchestrate.state import StateError, UsageError, request_stop
-
-    try:
-        seq = request_stop(repo.absolute(), run_id, operator, keys_dir)
-    except UsageError as exc:
-        raise _usage_error(str(exc)) from None
-    except StateError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    typer.echo(f"stop requested (control record {seq})")
 
 
 @app.command("abandon")
@@ -519,6 +502,11 @@ def abandon(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"abandoned {branch} at {tip} (control record {seq})")
+
+
+from harness.cli_control import register  # noqa: E402  (the operator commands)
+
+register(app)
 
 
 def main() -> None:
