@@ -84,16 +84,21 @@ def test_denied_table() -> None:
 
 @pytest.mark.parametrize("role", ["Manager", "", "judge", " auditor", None, 1, ("manager",)])
 def test_unknown_role_is_refused_by_the_rule(role: Any) -> None:
-    with pytest.raises(ValueError, match="unknown role"):
+    with pytest.raises(ValueError, match="unknown role") as caught:
         denied(role)
+    assert str(caught.value).endswith("; known roles: agent, manager, executor, auditor")
 
 
 def test_check_classes() -> None:
     assert check_classes(["shell", "write"]) == ("shell", "write")
     assert check_classes(()) == ()
-    with pytest.raises(ValueError, match="must be a list"):
+    with pytest.raises(ValueError, match=r"^tool classes must be a list, not str$"):
         check_classes("shell")
-    with pytest.raises(ValueError, match="unknown tool class 'network'"):
+    with pytest.raises(ValueError, match=r"^tool classes must be a list, not NoneType$"):
+        check_classes(None)
+    with pytest.raises(
+        ValueError, match=r"^unknown tool class 'network'; known: mcp, shell, subagents, write$"
+    ):
         check_classes(["network"])
     with pytest.raises(ValueError, match="unknown tool class 1"):
         check_classes([1])
@@ -306,6 +311,9 @@ def test_role_policy_records_the_rule(tmp_path: Path, name: str, role: str) -> N
     assert policy["denied"] == list(denied(role))  # denied(role) is what is recorded
     assert check_classes(policy["denied"]) == denied(role)
     assert set(check_classes(policy["enforced_by_flags"])) <= set(denied(role))
+    assert policy["enforced_by_flags"] == list(enforces(adapter, role))
+    if (name, role) in {("claude", "manager"), ("codex", "auditor")}:
+        assert policy["enforced_by_flags"] == list(denied(role)) != []
     assert all(isinstance(flag, str) for flag in policy["flags"])
     assert str(tmp_path) not in " ".join(policy["flags"])  # no host paths, no prompt
     assert "Write the marker." not in " ".join(policy["flags"])
