@@ -49,6 +49,7 @@ from harness.verify.merkle import leaf_hash
 from harness.verify.policy import TrustPolicy
 from harness.verify.records import Record, parse_record_line
 from harness.verify.report import ExitCode
+from harness.verify.roundcheck import folder_round_texts
 from harness.verify.runcheck import open_checkpoints
 from harness.verify.semantics import RunSemantics, SemanticsError, check_run_semantics
 from harness.verify.storecheck import checkpoint_origin
@@ -159,7 +160,8 @@ def test_task_denied_after_its_spawn_breaks_semantics(demo: DemoResult) -> None:
     run_folder = demo.repo / ".harness" / "runs" / demo.run_id
     plan = (run_folder / "plan.json").read_bytes()
     where = [(r, f"audit seq {i}") for i, r in enumerate(records)]
-    check_run_semantics(demo.run_id, where, [], plan)  # the real run is lawful
+    texts = folder_round_texts(run_folder, demo.run_id)
+    check_run_semantics(demo.run_id, where, [], plan, members=texts)  # the real run is lawful
     by_kind: dict[str, list[Record]] = {}
     for record in records:
         by_kind.setdefault(record.kind, []).append(record)
