@@ -1,10 +1,12 @@
 """``harness demo``: the main job end to end on an embedded default, offline, in seconds.
 
-A throw-away git repository with a small Python project, a plan of five tasks run by the
+A throw-away git repository with a small Python project, a plan of eight tasks run by the
 deterministic scripted agent in real worktrees with real gates: two merge, one fails its gate,
 one is denied by the capability trifecta before any process starts, one depends on a merged
-task. Then ``bundle.tar`` is exported and verified by the standalone verifier (pinned to the
-demo key, HMAC chains checked).
+task; and three long-horizon tasks run as audited Manager/Executor/Auditor rounds (one
+completes, one ghost ends incomplete, one whose Auditor tries to write is never merged).
+Then ``bundle.tar`` is exported and verified by the standalone verifier (pinned to the demo
+key, HMAC chains checked).
 """
 
 from __future__ import annotations
@@ -115,8 +117,80 @@ def demo_plan() -> dict[str, object]:
                 "gates": [_gate()],
                 "edits": [{"path": "CHANGELOG.md", "content": "- add calc.mul\n"}],
             },
+            *rounds_tasks(),
         ],
     }
+
+
+GUIDE = "# Guide\n\nThe calculator adds numbers.\n"
+GUIDE_USAGE = GUIDE + "\n## Usage\n\n    import calc\n    calc.add(2, 3)\n"
+
+
+def rounds_tasks() -> list[dict[str, object]]:
+    """Three long-horizon tasks (issue 12), each run as audited rounds by the scripted roles:
+    one completes over several rounds; one whose Executor claims success and changes nothing
+    (the ghost rule and the Auditor make every round incomplete: the task ends ``incomplete``,
+    resumable); one whose Auditor tries to write into the tree it may only read (refused by
+    the read-only mount, or caught by the tree digest without a sandbox: never merged)."""
+    return [
+        {
+            "id": "guide",
+            "role": "long-writer",
+            "prompt": "Write docs/guide.md: an introduction, then a usage section.",
+            "priority": 2,
+            "scope": ["docs/guide.md"],
+            "gates": [_gate()],
+            "rounds": {
+                "max_rounds": 6,
+                "steps": [
+                    {
+                        "say": "Write the introduction",
+                        "edits": [{"path": "docs/guide.md", "content": GUIDE}],
+                    },
+                    {
+                        "say": "Add the usage section",
+                        "edits": [{"path": "docs/guide.md", "content": GUIDE_USAGE}],
+                    },
+                ],
+            },
+        },
+        {
+            "id": "ghost",
+            "role": "long-ghost",
+            "prompt": "Write docs/faq.md with three questions.",
+            "priority": 2,
+            "scope": ["docs/faq.md"],
+            "gates": [_gate()],
+            "rounds": {
+                "max_rounds": 2,
+                "ghost": True,
+                "steps": [
+                    {
+                        "say": "Write the FAQ",
+                        "edits": [{"path": "docs/faq.md", "content": "# FAQ\n"}],
+                    }
+                ],
+            },
+        },
+        {
+            "id": "audited",
+            "role": "long-audited",
+            "prompt": "Write docs/design.md.",
+            "priority": 2,
+            "scope": ["docs/design.md"],
+            "gates": [_gate()],
+            "rounds": {
+                "max_rounds": 3,
+                "auditor_writes": "docs/design.md",
+                "steps": [
+                    {
+                        "say": "Write the design note",
+                        "edits": [{"path": "docs/design.md", "content": "# Design\n"}],
+                    }
+                ],
+            },
+        },
+    ]
 
 
 @dataclass(frozen=True)

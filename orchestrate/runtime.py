@@ -28,6 +28,7 @@ import contextlib
 
 from harness.verify.fsm import TaskState
 
+from .bus import BusError
 from .capabilities import check_task
 from .capsule import pre_spawn_violations
 from .model import Batch
@@ -98,6 +99,15 @@ class Runtime(RunCore):
             return RunSummary(
                 self.run_id, dict(self.states), self.batch_number - 1, self.merged, stopped
             )
+        except BusError as exc:
+            # The control bus is unsafe (a link, a FIFO, a hard link) or tampered (MAC): no
+            # command can be trusted, so the run stops and ends failed, recorded without it.
+            for job in window:
+                job.kill("stop")
+            self._drain(window, stop=True)
+            finish(self, stopped=False, outcome=f"aborted: control bus: {exc}", bus=False)
+            self.recorder.checkpoint_all()
+            raise RunAbortedError(f"control bus refused: {exc}") from None
         finally:
             for job in window:  # an abort: leave no agent or gate running
                 job.kill("stop")

@@ -106,6 +106,8 @@ class RoundLoop:
         self.spec = _spec(job)
         self.state = state
         self.calls: list[Any] = []
+        self._audit_exit = ""
+        """``, the auditor exited N`` when the last auditor process failed (for reasons)."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -248,7 +250,12 @@ class RoundLoop:
         reasons = {
             "done": "the manager said done after a complete, clean, aligned audit",
             "incomplete": f"round {number} of {self.spec.max_rounds}: not done",
-            "blocked": f"round {number}: blocked",
+            "blocked": f"round {number}: "
+            + (
+                "the manager says blocked"
+                if action == "blocked"
+                else f"the audit is blocked (integrity {integrity}{self._audit_exit})"
+            ),
             "violation": f"round {number}: the auditor changed the tree it may only read",
         }
         return self._end(outcome, reasons[outcome])
@@ -305,6 +312,7 @@ class RoundLoop:
         if auditor.stopped:
             return None
         tree_after = tree_digest(job.worktree)
+        self._audit_exit = f", the auditor exited {auditor.exit_code}" if auditor.exit_code else ""
         report = auditor.text
         repair_digest: str | None = None
         parsed = header_rule.parse_header(report) if auditor.exit_code == 0 else None

@@ -68,17 +68,25 @@ def take_resume(run: RunCore, *, ended: bool) -> bool:
     return True
 
 
-def finish(run: RunCore, *, stopped: bool, outcome: str) -> None:
-    """The terminal status and ``run.end``, under the bus's exclusive hold."""
+def finish(run: RunCore, *, stopped: bool, outcome: str, bus: bool = True) -> None:
+    """The terminal status and ``run.end``, under the bus's exclusive hold (``bus`` False:
+    the bus itself is unusable — unsafe or tampered — and the run ends failed without it)."""
+    if not bus:
+        _end(run, stopped=False, outcome=outcome, aborted=True)
+        return
     with run.desk.drain() as late:
         for command in late:
             run.desk.decide(command)
-        terminal = rule.terminal_status(
-            {task: state.value for task, state in run.states.items()},
-            dict(run.suspended),
-            stopped=stopped and not run.aborted,
-            aborted=run.aborted,
-        )
-        run.set_status(terminal, f"the run ends: {outcome}")
-        run.audit("run.end", {"outcome": outcome})
-        run.flush()
+        _end(run, stopped=stopped, outcome=outcome, aborted=run.aborted)
+
+
+def _end(run: RunCore, *, stopped: bool, outcome: str, aborted: bool) -> None:
+    terminal = rule.terminal_status(
+        {task: state.value for task, state in run.states.items()},
+        dict(run.suspended),
+        stopped=stopped and not aborted,
+        aborted=aborted,
+    )
+    run.set_status(terminal, f"the run ends: {outcome}")
+    run.audit("run.end", {"outcome": outcome})
+    run.flush()

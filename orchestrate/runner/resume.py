@@ -86,6 +86,10 @@ def resume(run: RunCore) -> bool:
             held.remove(str(body["batch"]))
         elif record.kind == "attempt.failed" and body["retry"]:
             _load_feedback(run, str(body["task"]), int(body["attempt"]))
+    if not ended:  # a crash: the lifecycle says so before anything of the recovery
+        if run.status is None:
+            run.set_status("creating", "run.start recorded")
+        run.set_status("starting", "resumed after a runtime crash")
     lineage = run.folder / "lineage.jsonl"
     if lineage.exists():
         run.step = len(lineage.read_bytes().splitlines())

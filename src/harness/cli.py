@@ -309,9 +309,16 @@ def demo(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(render_text(result.report))
+    from harness.orchestrate.state import last_status, task_reasons
+
+    state_folder = result.repo / ".harness"
+    run_status, _ = last_status(state_folder, result.run_id)
+    reasons = task_reasons(state_folder, result.run_id)
+    typer.echo(f"run {result.run_id}: {run_status}")
     typer.echo("tasks:")
     for task, state in sorted(result.summary.states.items()):
-        typer.echo(f"  {task:12} {state.value}")
+        why = "" if state.value == "done" else f": {reasons.get(task, '')}"
+        typer.echo(f"  {task:12} {state.value}{why}")
     typer.echo(f"demo repository: {result.repo}")
     typer.echo(f"bundle:          {result.bundle}")
     typer.echo(f"verify it yourself: harness-verify {result.bundle} --trusted-key {result.key_id}")
