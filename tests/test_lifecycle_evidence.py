@@ -134,7 +134,14 @@ def test_run_ending_while_active_is_refused(tmp_path: Path) -> None:
 
 def test_records_after_run_end_other_than_a_resume_are_refused(tmp_path: Path) -> None:
     ev = lawful().add(("audit", "event", {"name": "late", "data": {}}))
-    refused(verify(tmp_path, ev), "event after the run ended at", "only a resume receipt")
+    refused(verify(tmp_path, ev), "event after the run ended at", "only a resume or abandon")
+
+
+def test_an_abandon_after_the_end_keeps_the_run_verifiable(tmp_path: Path) -> None:
+    ev = lawful().add(command("x1", "abandon"), receipt("x1", "abandon", 1))
+    assert verify(tmp_path, ev).status.value == "verified"
+    late = lawful().add(command("x1", "stop"), receipt("x1", "stop", 1))
+    refused(verify(tmp_path / "a", late), "command.receipt after the run ended")
 
 
 def test_non_canonical_status_is_refused(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ Folding the audit store in order (docs/spec/verifier.md §3.8, "Run lifecycle";
   states, the rounds tasks suspended by their last ``round.end`` (incomplete / blocked, until
   the task leaves ``blocked``), and whether a ``stop`` or ``abort`` receipt was applied in
   this epoch;
-* after a ``run.end`` only a ``resume`` receipt may follow, and after an applied one only the
-  ``run.status starting`` of the next epoch (a continued run).
+* after a ``run.end`` only ``resume`` and ``abandon`` receipts may follow, and after an
+  applied resume only the ``run.status starting`` of the next epoch (a continued run).
 
 Runs with no ``run.status`` record (format-2 evidence before issue 12, runs not written by the
 runtime) are exempt: the rules apply from a run's first ``run.status`` on.
@@ -23,12 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from .errors import VerificationError
 from .records import Record
 from .rules.lifecycle import STATES, TERMINAL, legal_run_transition, terminal_status
 from .rules.rounds import MAX_EPOCH
+
+AFTER_END: Final = ("abandon", "resume")
+"""Commands whose receipts may follow ``run.end``: ``abandon`` deletes an unmerged batch
+branch of an ended run (``harness abandon``), ``resume`` continues it."""
 
 
 class LifecycleError(VerificationError):
@@ -75,13 +79,13 @@ class LifecycleCheck:
             self._end(where)
 
     def _after_end(self, kind: str, body: Mapping[str, Any], where: str) -> None:
-        if kind == "command.receipt" and body["command"] == "resume":
+        if kind == "command.receipt" and body["command"] in AFTER_END:
             return
         if kind == "run.status" and self.resume is not None:
             return
         raise LifecycleError(
-            f"{where}: {kind} after the run ended at {self.ended}: only a resume receipt and "
-            "the next epoch's run.status starting may follow"
+            f"{where}: {kind} after the run ended at {self.ended}: only a resume or abandon "
+            "receipt and the next epoch's run.status starting may follow"
         )
 
     def _applied(self, body: Mapping[str, Any], where: str) -> None:
