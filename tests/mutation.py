@@ -89,9 +89,9 @@ TESTS: dict[str, list[str]] = {
     "receipts/safeopen.py": ["tests/test_bus_safeopen.py", "tests/test_bus_reader.py"],
     "receipts/commands.py": ["tests/test_commands.py", "tests/test_bus_reader.py"],
     "orchestrate/bus/reader.py": ["tests/test_bus_reader.py", "tests/test_commands.py"],
-    "verify/roundcheck.py": ["tests/test_round_evidence.py", "tests/test_lifecycle_evidence.py"],
-    "verify/commandcheck.py": ["tests/test_command_evidence.py"],
-    "verify/lifecyclecheck.py": ["tests/test_lifecycle_evidence.py"],
+    "verify/roundcheck.py": ["tests/test_round_checks_units.py"],
+    "verify/commandcheck.py": ["tests/test_round_checks_units.py"],
+    "verify/lifecyclecheck.py": ["tests/test_round_checks_units.py"],
 }
 
 

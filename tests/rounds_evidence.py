@@ -429,3 +429,27 @@ def fold(check: RoundCheck, ev: Evidence, *, expect: str) -> None:
             seq += 1
         check.finish()
     assert expect in str(caught.value), str(caught.value)
+
+
+def fold_all(ev: Evidence) -> str | None:
+    """Every run check and the semantics over ``ev`` directly (no bundle): the refusal's
+    message, or None when the history is lawful. Milliseconds, for unit and mutation tests."""
+    from harness.verify.errors import VerificationError
+    from harness.verify.layout import round_text_member
+    from harness.verify.semantics import run_semantics
+
+    members = {round_text_member(RUN, d): data for d, data in ev.texts.items()}
+    semantics = run_semantics(RUN, plan_bytes(ev.plan), members)
+    seqs = {"audit": 0, "control": 0, "lineage": 0}
+    rows = sorted(ev.records, key=lambda row: ("audit", "control", "lineage").index(row[0]))
+    try:
+        for store, kind, body in rows:
+            seq = seqs[store]
+            seqs[store] += 1
+            record = Record(store, RUN, seq, "2026-01-01T00:00:00.000000Z", kind, body, "0" * 64)
+            where = f"runs/{RUN}/stores/{store}.jsonl line {seq + 1} (seq {seq})"
+            getattr(semantics, store)(record, where)
+        semantics.finish()
+    except VerificationError as exc:
+        return str(exc)
+    return None

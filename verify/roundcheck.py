@@ -219,10 +219,6 @@ class RoundCheck:
         task = self.tasks.setdefault(name, _Task())
         if self.epoch in task.roles:
             raise RoundError(f"{where}: round.roles of task {name!r} again in epoch {self.epoch}")
-        if task.open is not None:
-            raise RoundError(
-                f"{where}: round.roles of task {name!r} while round {task.open.number} is open"
-            )
         max_rounds = body["max_rounds"]
         if not 1 <= max_rounds <= MAX_ROUNDS_CEILING:
             raise RoundError(
