@@ -141,6 +141,35 @@ def test_problem_escapes_are_defined() -> None:
     )
 
 
+def test_escape_ranges() -> None:
+    """The width of an escape changes exactly at U+0100 and U+10000; letters pass as is."""
+    got = parse_header("\u00ff\u0100\uffff\U00010000X").problem
+    assert got == "line 1: expected 'Status: <value>', got '\\xff\\u0100\\uffff\\U00010000X'"
+
+
+def test_splitting_edges_exact() -> None:
+    """Where the label is empty or the line is not a label line at all (rounds.md §2)."""
+    empty_label = "line 1: expected the Status label, got label ''"
+    for line in (": x", "\uff1aa: b", "****: x", "**: x**", "**\uff1a x**"):
+        assert parse_header(line).problem == empty_label, line
+    for line in ("**:Status:** x", "**Status: complete** x", "**Status:complete** x", "** x"):
+        assert parse_header(line).problem == f"line 1: expected 'Status: <value>', got '{line}'"
+    assert parse_header("**Status:** complete **bold**").problem == (
+        "line 1: Status value 'complete **bold**' is not one of complete|incomplete|blocked"
+    )
+
+
+def test_other_unicode_spaces_are_content() -> None:
+    """Only the seven whitespace characters are stripped: an em space (U+2003) is not."""
+    rest = "\nIntegrity: clean\nContract audit: aligned"
+    assert parse_header("**Status**\u2003: complete" + rest).header is None
+    assert parse_header("Status: complete\u2003" + rest).header is None
+    assert parse_header("Status:\u2003complete" + rest).header is None
+    assert parse_cites("Cites: 1\u2003") == ()
+    assert parse_cites("Cites:\u20031") == ()
+    assert parse_next("Next: gui\u2003").action is None
+
+
 def test_size_limit_is_on_utf8_bytes() -> None:
     at = GOOD + "x" * (MAX_TEXT_BYTES - len(GOOD))
     assert parse_header(at).header is not None

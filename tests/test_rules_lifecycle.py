@@ -156,7 +156,7 @@ def test_completed_by_exit() -> None:
     assert not completed_by_exit(1, completion_evidence=True)
     assert not completed_by_exit(-9, completion_evidence=True)
     assert not completed_by_exit(None, completion_evidence=True)
-    with pytest.raises(ValueError):
-        completed_by_exit(False, completion_evidence=True)
-    with pytest.raises(ValueError):
-        completed_by_exit(True, completion_evidence=True)
+    for flag in (False, True):
+        with pytest.raises(ValueError) as raised:
+            completed_by_exit(flag, completion_evidence=True)
+        assert str(raised.value) == "exit_code must be an integer or None, not a bool"

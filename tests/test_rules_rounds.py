@@ -195,34 +195,44 @@ def test_max_rounds_one() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "message"),
     [
-        {"round": 0},
-        {"round": -1},
-        {"round": True},
-        {"round": 1.0},
-        {"max_rounds": 0},
-        {"max_rounds": MAX_ROUNDS_CEILING + 1},
-        {"max_rounds": True},
-        {"max_rounds": "25"},
-        {"failing_before": -1},
-        {"failing_before": False},
-        {"failing_before": 0.0},
-        {"next_action": "GUI"},
-        {"next_action": "continue"},
-        {"effective": "done"},
-        {"effective": "Complete"},
-        {"integrity": "ok"},
-        {"integrity": "needs_revision"},
-        {"plan_valid": True, "next_action": None},
-        {"next_action": "gui", "effective": None},
-        {"next_action": "cli", "integrity": None},
-        {"next_action": "cli", "effective": None, "integrity": None},
+        ({"round": 0}, "round must be an integer >= 1, got 0"),
+        ({"round": -1}, "round must be an integer >= 1, got -1"),
+        ({"round": True}, "round must be an integer >= 1, got True"),
+        ({"round": 1.0}, "round must be an integer >= 1, got 1.0"),
+        ({"max_rounds": 0}, "max_rounds must be 1..1000, got 0"),
+        ({"max_rounds": MAX_ROUNDS_CEILING + 1}, "max_rounds must be 1..1000, got 1001"),
+        ({"max_rounds": True}, "max_rounds must be 1..1000, got True"),
+        ({"max_rounds": "25"}, "max_rounds must be 1..1000, got '25'"),
+        ({"failing_before": -1}, "failing_before must be an integer >= 0, got -1"),
+        ({"failing_before": False}, "failing_before must be an integer >= 0, got False"),
+        ({"failing_before": 0.0}, "failing_before must be an integer >= 0, got 0.0"),
+        ({"next_action": "GUI"}, "unknown next action 'GUI'"),
+        ({"next_action": "continue"}, "unknown next action 'continue'"),
+        ({"effective": "done"}, "unknown effective status 'done'"),
+        ({"effective": "Complete"}, "unknown effective status 'Complete'"),
+        ({"integrity": "ok"}, "unknown integrity 'ok'"),
+        ({"integrity": "needs_revision"}, "unknown integrity 'needs_revision'"),
+        ({"plan_valid": True, "next_action": None}, "a valid plan has a next action"),
+        (
+            {"next_action": "gui", "effective": None},
+            "a gui round needs the audit's effective status and integrity",
+        ),
+        (
+            {"next_action": "cli", "integrity": None},
+            "a cli round needs the audit's effective status and integrity",
+        ),
+        (
+            {"next_action": "cli", "effective": None, "integrity": None},
+            "a cli round needs the audit's effective status and integrity",
+        ),
     ],
 )
-def test_argument_checks(bad: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+def test_argument_checks(bad: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
         decide(**bad)
+    assert str(raised.value) == message
 
 
 def test_argument_edges_accepted() -> None:

@@ -151,7 +151,7 @@ def _split_label(line: str) -> tuple[str, str] | None:
             # **Label**: value
             after = rest.lstrip(WHITESPACE)
             label, value = head, after[1:]
-        elif rest == "" and len(line) >= 4:  # **Label: value**
+        elif rest == "":  # **Label: value**
             cut = _first_separator(head)
             if cut < 0:
                 return None
@@ -293,16 +293,13 @@ def parse_next(text: str) -> NextParse:
     if _too_long(text):
         return NextParse(None, f"plan too long (more than {MAX_TEXT_BYTES} bytes)")
     last: tuple[int, str, str] | None = None  # line number, language, value of the last Next
-    count = 0
-    final_number = 0
+    final_number = 0  # set by the loop before any use (a text without lines has no Next)
     for number, line in _lines(text):
         final_number = number
         split = _split_label(line)
         if split is None or split[0] not in _NEXT_LABELS:
             continue
-        count += 1
-        if count > 1:
-            assert last is not None
+        if last is not None:
             return NextParse(
                 None, f"line {number}: a second Next line (the first is line {last[0]})"
             )
