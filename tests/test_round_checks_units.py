@@ -143,7 +143,22 @@ def violated() -> Evidence:
     return ev.add(move("t1", "in_progress", "failed"))
 
 
+def recovered() -> Evidence:
+    """The runtime's crash recovery (as ``harness resume`` records it): the interrupted task
+    is suspended without a round.end, then the continue reopens it in epoch 1."""
+    ev = Evidence(make_plan(["t1"])).start()
+    ev.add(status("creating"), status("starting"), status("running"))
+    ev.spawn("t1").roles("t1").plan_("t1", 1, "Next: cli\n", "cli")
+    ev.add(status("starting"), RELEASE, move("t1", "in_progress", "blocked"))
+    ev.add(command("u1", "resume"), receipt("u1", "resume", 0), status("starting", 1, "u1"))
+    ev.add(move("t1", "blocked", "open"), status("running", 1), move("t1", "open", "claimed"))
+    ev.add(move("t1", "claimed", "in_progress"), ACQUIRE)
+    ev.roles("t1", epoch=1).plan_("t1", 1, "Next: cli\n", "cli", epoch=1)
+    return ev.step("t1", 1, BASE, C1, epoch=1)
+
+
 LAWFUL: dict[str, Callable[[], Evidence]] = {
+    "recovered": recovered,
     "one_round": one_round,
     "crashed": crashed,
     "violated": violated,
@@ -288,6 +303,12 @@ CASES: list[tuple[str, Callable[[], Evidence], Callable[[Evidence], Evidence], s
     (
         "suspend-without",
         one,
+        lambda ev: ev.add(move("t1", "in_progress", "blocked")),
+        "without a round that ended 'incomplete' or 'blocked'",
+    ),
+    (
+        "suspend-after-round",
+        crashed,
         lambda ev: ev.add(move("t1", "in_progress", "blocked")),
         "without a round that ended 'incomplete' or 'blocked'",
     ),

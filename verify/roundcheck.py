@@ -23,8 +23,9 @@ is refused (docs/spec/verifier.md §3.8, "Rounds"):
 * ``round.end``: ``decide_round`` of the round, with the failing count of the previous round
   (0 at the first, 0 after a gate closed by ``approve``); the checkpoint is the step's commit;
 * rounds are numbered 1, 2, 3... per task across epochs; a round left unfinished is allowed
-  only before a crash (``run.status starting``; the next round then reuses its number) or when
-  the task leaves ``in_progress`` for ``failed``/``cancelled``; never at ``run.end``;
+  only before a crash (``run.status starting``; the next round then reuses its number; the
+  recovery may suspend the task, in_progress -> blocked) or when the task leaves
+  ``in_progress`` for ``failed``/``cancelled``; never at ``run.end``;
 * a ``done`` round is followed by the task's ``in_progress -> gating``, an ``incomplete`` or
   ``blocked`` one by ``in_progress -> blocked``, and a ``violation`` by no merge of the task.
 """
@@ -112,6 +113,9 @@ class _Task:
     """(target state, where): the transition a done/incomplete/blocked round demands next."""
     violated: str | None = None
     """Where a round of the task ended ``violation``: the task is never merged."""
+    recovering: bool = False
+    """A ``run.status starting`` came since the task's last round record: the crash recovery
+    may suspend the task (in_progress -> blocked) without a round.end."""
 
 
 @dataclass
@@ -211,6 +215,7 @@ class RoundCheck:
                 task.open = None
             task.gate_record = None
             task.checkpoint_sure = False
+            task.recovering = True
 
     def _roles(self, body: Mapping[str, Any], where: str) -> None:
         name = str(body["task"])
@@ -293,6 +298,7 @@ class RoundCheck:
                 f"{where}: {what} records cites {body['cites']}, the plan text cites {cites}"
             )
         task.crashed = None
+        task.recovering = False
         task.open = _Round(number, valid, parsed.action if valid else None)
 
     def _step(self, body: Mapping[str, Any], where: str) -> None:
@@ -474,6 +480,8 @@ class RoundCheck:
                     f"ended at {at} demands in_progress -> {target}"
                 )
             task.expect = None
+        elif move == ("in_progress", "blocked") and task.recovering:
+            return  # a crash recovery suspends the task it interrupted (resumed by continue)
         elif move in (("in_progress", "gating"), ("in_progress", "blocked")):
             raise RoundError(
                 f"{where}: rounds task {name!r} moves {move[0]} -> {move[1]} without a round "
