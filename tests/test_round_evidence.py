@@ -479,3 +479,17 @@ def test_run_folder_round_texts_are_read_like_bundle_members(tmp_path: Path) -> 
     (rounds / "notes.txt").write_bytes(b"x")
     with pytest.raises(RoundError, match="not a round text"):
         folder_round_texts(tmp_path, RUN)
+
+
+def test_round_text_over_its_size_limit_is_unreadable(tmp_path: Path) -> None:
+    """A round text member over 1 MiB is refused before it is held in memory (exit 4), like
+    any member over its kind's limit; at the limit it is read (and here refused as uncited)."""
+    from harness.verify.layout import ROUND_TEXT_MAX_BYTES
+
+    big = b"x" * (ROUND_TEXT_MAX_BYTES + 1)
+    report = verify(tmp_path / "a", lawful(), {f"{hashlib.sha256(big).hexdigest()}.txt": big})
+    assert report.status.value == "unreadable", report.failure
+    assert report.failure.check == "archive" and "limit" in report.failure.reason
+    edge = big[:-1]
+    report = verify(tmp_path / "b", lawful(), {f"{hashlib.sha256(edge).hexdigest()}.txt": edge})
+    refused(report, "a rounds member no round record names")
