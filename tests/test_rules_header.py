@@ -162,7 +162,9 @@ def test_splitting_edges_exact() -> None:
 def test_other_unicode_spaces_are_content() -> None:
     """Only the seven whitespace characters are stripped: an em space (U+2003) is not."""
     rest = "\nIntegrity: clean\nContract audit: aligned"
-    assert parse_header("**Status**\u2003: complete" + rest).header is None
+    assert parse_header("**Status**\u2003: complete" + rest).problem == (
+        "line 1: expected 'Status: <value>', got '**Status**\\u2003: complete'"
+    )
     assert parse_header("Status: complete\u2003" + rest).header is None
     assert parse_header("Status:\u2003complete" + rest).header is None
     assert parse_cites("Cites: 1\u2003") == ()
