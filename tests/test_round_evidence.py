@@ -452,35 +452,6 @@ def test_header_table_row_recorded_wrong_is_refused(index: int) -> None:
     fold(RoundCheck(RUN, dict(ev.texts)), ev, expect=f"round.audit of task 'h{index:02d}' round 1")
 
 
-# ---- a run folder on disk -----------------------------------------------------------------------
-def test_run_folder_round_texts_are_read_like_bundle_members(tmp_path: Path) -> None:
-    """``folder_round_texts``: the texts of ``<run folder>/rounds`` by member name; a link, a
-    FIFO (never opened, so nothing hangs) or a name that is no digest is refused."""
-    import os
-
-    from harness.verify.roundcheck import RoundError, folder_round_texts
-
-    assert folder_round_texts(tmp_path, RUN) == {}
-    rounds = tmp_path / "rounds"
-    rounds.mkdir()
-    data = b"Next: cli\n"
-    digest = hashlib.sha256(data).hexdigest()
-    (rounds / f"{digest}.txt").write_bytes(data)
-    assert folder_round_texts(tmp_path, RUN) == {round_text_member(RUN, digest): data}
-    for make, words in (
-        (lambda p: p.symlink_to(rounds / f"{digest}.txt"), "not a regular file"),
-        (lambda p: os.mkfifo(p), "not a regular file"),
-    ):
-        bad = rounds / f"{'e' * 64}.txt"
-        make(bad)
-        with pytest.raises(RoundError, match=words):
-            folder_round_texts(tmp_path, RUN)
-        bad.unlink()
-    (rounds / "notes.txt").write_bytes(b"x")
-    with pytest.raises(RoundError, match="not a round text"):
-        folder_round_texts(tmp_path, RUN)
-
-
 def test_round_text_over_its_size_limit_is_unreadable(tmp_path: Path) -> None:
     """A round text member over 1 MiB is refused before it is held in memory (exit 4), like
     any member over its kind's limit; at the limit it is read (and here refused as uncited)."""
