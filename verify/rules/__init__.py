@@ -11,20 +11,38 @@ Modules: ``fsm`` (task lifecycle), ``trifecta`` (capability denial, sandbox lowe
 ``scope`` (globs, paths, times), ``capsule`` (intent-capsule conformance), ``schedule``
 (batch choice), ``integrity`` (gates leave the worktree unchanged), ``attempts`` (the P
 layer: anomaly classes and retries), ``budget`` (the budget ledger: charges, breaches,
-exhaustion), ``roles`` (the tool classes each round role is denied).
+exhaustion), ``roles`` (the tool classes each round role is denied), ``header`` (the
+auditor's control header, the Manager's Next and Cites lines), ``rounds`` (a round's outcome,
+the failing streak, ghost success), ``lifecycle`` (run states, transitions, terminal status).
 """
 
 from __future__ import annotations
 
-from . import attempts, budget, capsule, fsm, integrity, roles, schedule, scope, trifecta
+from . import (
+    attempts,
+    budget,
+    capsule,
+    fsm,
+    header,
+    integrity,
+    lifecycle,
+    roles,
+    rounds,
+    schedule,
+    scope,
+    trifecta,
+)
 
 __all__ = [
     "attempts",
     "budget",
     "capsule",
     "fsm",
+    "header",
     "integrity",
+    "lifecycle",
     "roles",
+    "rounds",
     "schedule",
     "scope",
     "trifecta",
