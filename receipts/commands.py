@@ -189,6 +189,8 @@ def _lines_backwards(fd: int, path: Path) -> Iterator[bytes]:
                 if len(carry) > MAX_LINE_BYTES:
                     raise ControlLogError(f"{path}: last line over {MAX_LINE_BYTES} bytes")
                 continue
+            if len(data) - cut - 1 > MAX_LINE_BYTES:
+                raise ControlLogError(f"{path}: last line over {MAX_LINE_BYTES} bytes")
             data = data[:cut]
             torn_dropped = True
         parts = data.split(b"\n")
@@ -289,8 +291,10 @@ def issue_command(
     os.close(_audit_fd(folder))  # UnknownRunError before the control store is created
     path = folder / CONTROL_FILE
     try:
-        created = open_read(path) is None
-        fd = open_append(path, create=True)
+        fd = open_append(path)
+        created = fd is None
+        if fd is None:
+            fd = open_append(path, create=True)
     except SafeOpenError as exc:
         raise ControlLogError(str(exc)) from None
     if fd is None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from harness.orchestrate.bus import BusError, ControlBus
+from harness.receipts import commands
 from harness.receipts.commands import CommandLog, ControlLogError, issue_command
 from harness.receipts.run import run_dir
 from harness.receipts.store import StoreWriter
@@ -296,3 +297,58 @@ def test_command_log_reports_the_path(folder: Path) -> None:
             log.read(fd)
     finally:
         os.close(fd)
+
+
+def test_reading_in_small_chunks_gives_the_same_commands(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        issue(folder, f"c{n}")
+    with control(folder).open("ab") as fh:
+        fh.write(b'{"body":')  # torn tail
+    monkeypatch.setattr(commands, "READ_CHUNK", 33)
+    reader = bus(folder)
+    assert [c.id for c in reader.poll()] == [f"c{n}" for n in range(5)]
+    assert reader.offset == control(folder).stat().st_size - len(b'{"body":')
+
+
+def test_a_torn_tail_of_exactly_the_limit_waits(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commands, "MAX_LINE_BYTES", 50)
+    control(folder).write_bytes(b"x" * 50)
+    assert bus(folder).poll() == []
+    control(folder).write_bytes(b"x" * 51)
+    with pytest.raises(BusError) as info:
+        bus(folder).poll()
+    assert str(info.value) == f"{control(folder)}: record 0: over 50 bytes without a line end"
+
+
+def test_refusal_messages_name_file_record_and_reason(folder: Path, tmp_path: Path) -> None:
+    issue(folder, "a")
+    reader = bus(folder)
+    reader.poll()
+    data = control(folder).read_bytes()
+    replacement = folder / "replacement"
+    replacement.write_bytes(data)
+    os.replace(replacement, control(folder))
+    with pytest.raises(BusError) as info:
+        reader.poll()
+    assert str(info.value) == f"{control(folder)}: the control store was replaced by another file"
+    control(folder).write_bytes(data + data)  # record 0 again where 1 is due
+    with pytest.raises(BusError) as info:
+        bus(folder).poll()
+    assert str(info.value) == f"{control(folder)}: record 1: seq 0 where 1 was expected"
+    other = tmp_path / "runs" / "run-2" / "control.jsonl"
+    with StoreWriter(other, store="control", run_id="run-2", hmac_master=MASTER) as w:
+        w.append(
+            "command", {"operator": "o", "command": "stop", "args": {}, "id": "x", "revision": 0}
+        )
+    shutil.copyfile(other, control(folder))
+    with pytest.raises(BusError) as info:
+        bus(folder).poll()
+    assert str(info.value) == f"{control(folder)}: record 0: run id 'run-2' is not 'run-1'"
+    audit_line = (folder / "audit.jsonl").read_bytes()
+    control(folder).write_bytes(audit_line)
+    with pytest.raises(BusError, match="store 'audit' is not 'control'"):
+        bus(folder).poll()

@@ -38,7 +38,7 @@ def read_all(fd: int) -> bytes:
 def refused(path: Path, reason: str) -> None:
     with pytest.raises(SafeOpenError, match=reason) as info:
         open_read(path)
-    assert info.value.path.endswith(path.name) or str(path).startswith(info.value.path)
+    assert info.value.path == str(path)
     with pytest.raises(SafeOpenError, match=reason):
         open_append(path)
 
@@ -208,8 +208,9 @@ def test_a_platform_without_the_flags_fails_closed(
 ) -> None:
     (tmp_path / "f").write_bytes(b"")
     monkeypatch.delattr(os, flag)
-    with pytest.raises(UnsupportedPlatformError, match=flag):
+    with pytest.raises(UnsupportedPlatformError, match=flag) as info:
         open_read(tmp_path / "f")
+    assert info.value.path == str(tmp_path / "f")
 
 
 def test_a_platform_without_dir_fd_fails_closed(
@@ -232,3 +233,92 @@ def test_no_descriptor_leaks_on_refusals(tmp_path: Path) -> None:
             with contextlib.suppress(SafeOpenError):
                 open_read(tmp_path / bad)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("relative/control.jsonl", "relative/control.jsonl: not an absolute path"),
+        ("/", "/: names no file"),
+        ("/tmp/../tmp/x", "/tmp/../tmp/x: has a '..' component"),
+        ("/tmp/./x", "/tmp/./x: has a '.' component"),
+    ],
+)
+def test_path_refusals_name_the_path_and_reason(path: str, message: str) -> None:
+    with pytest.raises(SafeOpenError) as info:
+        open_read(path)
+    assert str(info.value) == message
+    assert info.value.path == path and f"{info.value.path}: {info.value.reason}" == message
+
+
+def test_the_final_component_is_named_in_full(tmp_path: Path) -> None:
+    link = tmp_path / "control.jsonl"
+    link.symlink_to(tmp_path / "x")
+    with pytest.raises(SafeOpenError) as info:
+        open_read(link)
+    assert (info.value.path, info.value.reason) == (str(link), "is a symbolic link")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(SafeOpenError) as info:
+        open_read(fifo)  # in-process too: O_NONBLOCK, so this cannot hang
+    assert (info.value.path, info.value.reason) == (str(fifo), "is not a regular file (a FIFO)")
+    with pytest.raises(SafeOpenError) as info:
+        open_append(fifo, create=True)
+    assert (info.value.path, info.value.reason) == (str(fifo), "is not a regular file (a FIFO)")
+
+
+def test_other_errors_carry_the_system_reason(tmp_path: Path) -> None:
+    long_name = "n" * 300
+    with pytest.raises(SafeOpenError) as info:
+        open_read(tmp_path / long_name)
+    assert (info.value.path, info.value.reason) == (str(tmp_path / long_name), "File name too long")
+    with pytest.raises(SafeOpenError) as info:
+        open_read(tmp_path / long_name / "control.jsonl")
+    assert (info.value.path, info.value.reason) == (str(tmp_path / long_name), "File name too long")
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [
+        (0o040755, "a directory"),
+        (0o010644, "a FIFO"),
+        (0o140755, "a socket"),
+        (0o020666, "a character device"),
+        (0o060660, "a block device"),
+        (0o120777, "a symbolic link"),
+        (0o100644, "a regular file"),
+        (0o000644, "mode 644"),
+    ],
+)
+def test_file_kinds_are_named(mode: int, kind: str) -> None:
+    assert safeopen._kind(mode) == kind
+
+
+def test_created_files_get_the_requested_mode(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        for name, kwargs in (("default", {}), ("private", {"mode": 0o600})):
+            fd = open_append(tmp_path / name, create=True, **kwargs)
+            assert fd is not None
+            os.close(fd)
+        assert (tmp_path / "default").stat().st_mode & 0o777 == 0o644
+        assert (tmp_path / "private").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_a_zero_flag_counts_as_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "f").write_bytes(b"")
+    monkeypatch.setattr(os, "O_NOFOLLOW", 0)
+    with pytest.raises(UnsupportedPlatformError) as info:
+        open_read(tmp_path / "f")
+    assert info.value.path == str(tmp_path / "f")
+    assert info.value.reason == "this platform has no os.O_NOFOLLOW; refusing to open unsafely"
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "supports_dir_fd", set())
+    with pytest.raises(UnsupportedPlatformError) as info:
+        open_read(tmp_path / "f")
+    assert (info.value.path, info.value.reason) == (
+        str(tmp_path / "f"),
+        "os.open has no dir_fd support; refusing to open unsafely",
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.orchestrate.bus import ControlBus
+from harness.receipts import commands
 from harness.receipts.commands import (
     COMMANDS,
     CommandConflict,
@@ -38,8 +42,9 @@ def audit(state: Path, kind: str, body: dict[str, Any], run_id: str = RUN) -> No
         w.append(kind, body)
 
 
-def status(state: Path, epoch: int, value: str = "running") -> None:
-    audit(state, "run.status", {"status": value, "epoch": epoch, "reason": "r", "command": None})
+def status(state: Path, epoch: int, value: str = "running", run_id: str = RUN) -> None:
+    body = {"status": value, "epoch": epoch, "reason": "r", "command": None}
+    audit(state, "run.status", body, run_id)
 
 
 @pytest.fixture
@@ -297,3 +302,169 @@ def test_a_command_waiting_for_the_end_lock_sees_the_run_ended(state: Path) -> N
     out, _ = proc.communicate(timeout=30)
     assert out.strip() == "ended"
     assert control_lines(state) == []
+
+
+def test_a_later_record_replays_too(state: Path) -> None:
+    issue(state, command_id="first")
+    issue(state, "abort", command_id="second")
+    again = issue(state, "abort", command_id="second")
+    assert again.replayed and again.seq == 1
+    with pytest.raises(CommandConflict) as info:
+        issue(state, "stop", command_id="second")
+    assert str(info.value) == (
+        "command id 'second' already names record 1 (abort by op, revision 0) with another payload"
+    )
+
+
+def test_refusals_name_what_and_why(state: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError) as value_error:
+        issue(state, "delete")
+    assert str(value_error.value) == (
+        "unknown command 'delete'; commands are stop, abort, approve, answer, instruct, resume, "
+        "abandon"
+    )
+    with pytest.raises(UnknownRunError) as unknown:
+        issue_command(tmp_path / "none", RUN, make_keys(), operator="o", command="stop", args={})
+    assert str(unknown.value) == (
+        f"{run_dir(tmp_path / 'none', RUN) / 'audit.jsonl'} does not exist: no such run"
+    )
+    audit(state, "run.end", {"outcome": "completed"})
+    with pytest.raises(RunEnded) as ended:
+        issue(state, "approve")
+    assert str(ended.value) == "run run-1 has ended; 'approve' can no longer be applied"
+
+
+def test_an_unsafe_audit_store_is_refused_with_its_path(state: Path, tmp_path: Path) -> None:
+    path = run_dir(state, RUN) / "audit.jsonl"
+    os.link(path, tmp_path / "alias")
+    with pytest.raises(ControlLogError) as info:
+        issue(state)
+    assert str(info.value) == f"{path}: has 2 hard links (exactly 1 is required)"
+    with pytest.raises(ControlLogError, match="hard links"):
+        current_epoch(run_dir(state, RUN), RUN)
+
+
+def test_a_duplicate_id_in_the_store_is_refused_with_its_path(state: Path) -> None:
+    path = run_dir(state, RUN) / "control.jsonl"
+    body = {"operator": "op", "command": "stop", "args": {}, "id": "dup", "revision": 0}
+    with StoreWriter(path, store="control", run_id=RUN, hmac_master=MASTER) as w:
+        w.append_many([("command", body), ("command", body)])
+    with pytest.raises(ControlLogError) as info:
+        issue(state, command_id="new")
+    assert str(info.value) == f"{path}: record 1: command id 'dup' already used by record 0"
+
+
+def test_a_short_master_key_fails_and_leaks_no_descriptor(state: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from harness.receipts.keys import OperatorKeys
+    from harness.verify.errors import ChainError
+
+    weak = OperatorKeys(Ed25519PrivateKey.from_private_bytes(bytes(32)), bytes(16))
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ChainError, match="need at least 32"):
+        issue_command(state, RUN, weak, operator="o", command="stop", args={})
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_tampered_store_leaks_no_descriptor(state: Path) -> None:
+    issue(state, command_id="one")
+    path = run_dir(state, RUN) / "control.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"one"', b'"two"'))
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ControlLogError, match="does not verify"):
+        issue(state)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_audit_records_of_another_run_or_store_are_refused(tmp_path: Path) -> None:
+    status(tmp_path, 1, run_id="run-2")
+    other = run_dir(tmp_path, "run-2") / "audit.jsonl"
+    folder = run_dir(tmp_path, RUN)
+    folder.mkdir(parents=True)
+    shutil.copyfile(other, folder / "audit.jsonl")
+    for ask in (current_epoch, run_ended):
+        with pytest.raises(ControlLogError) as info:
+            ask(folder, RUN)
+        assert str(info.value) == f"{folder / 'audit.jsonl'}: run id 'run-2' is not 'run-1'"
+    control = run_dir(tmp_path, "run-3") / "control.jsonl"
+    with StoreWriter(control, store="control", run_id=RUN, hmac_master=MASTER) as w:
+        w.append(
+            "command", {"operator": "o", "command": "stop", "args": {}, "id": "x", "revision": 0}
+        )
+    shutil.copyfile(control, folder / "audit.jsonl")
+    with pytest.raises(ControlLogError, match="store 'control' is not 'audit'"):
+        run_ended(folder, RUN)
+
+
+def test_an_empty_audit_store_has_not_ended(tmp_path: Path) -> None:
+    folder = run_dir(tmp_path, RUN)
+    folder.mkdir(parents=True)
+    (folder / "audit.jsonl").write_bytes(b"")
+    assert not run_ended(folder, RUN)
+    assert current_epoch(folder, RUN) == 0
+    (folder / "audit.jsonl").write_bytes(b'{"torn')
+    assert not run_ended(folder, RUN)
+
+
+def _reference_backwards(data: bytes) -> list[bytes]:
+    cut = data.rfind(b"\n")
+    return [] if cut < 0 else data[:cut].split(b"\n")[::-1]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    lines=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+    torn=st.binary(max_size=9).map(lambda b: b.replace(b"\n", b"")),
+    chunk=st.integers(1, 20),
+)
+def test_lines_backwards_matches_a_plain_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: list[bytes], torn: bytes, chunk: int
+) -> None:
+    monkeypatch.setattr(commands, "READ_CHUNK", chunk)
+    data = b"".join(line + b"\n" for line in lines) + torn
+    path = tmp_path / "lines"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert list(commands._lines_backwards(fd, path)) == _reference_backwards(data)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"a\n" + b"x" * 9, None),  # a torn tail of exactly the limit is skipped
+        (b"a\n" + b"x" * 10, "last line over 9 bytes"),
+        (b"x" * 9 + b"\nb\n", None),
+        (b"x" * 10 + b"\nb\n", "a line over 9 bytes"),
+    ],
+)
+def test_lines_backwards_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: bytes, message: str | None
+) -> None:
+    monkeypatch.setattr(commands, "READ_CHUNK", 4)
+    monkeypatch.setattr(commands, "MAX_LINE_BYTES", 9)
+    path = tmp_path / "lines"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if message is None:
+            assert list(commands._lines_backwards(fd, path)) == _reference_backwards(data)
+        else:
+            with pytest.raises(ControlLogError) as info:
+                list(commands._lines_backwards(fd, path))
+            assert str(info.value) == f"{path}: {message}"
+    finally:
+        os.close(fd)
+
+
+def test_epoch_is_found_across_chunks(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for epoch in range(1, 4):
+        status(state, epoch)
+        audit(state, "event", {"name": "x", "data": {}})
+    monkeypatch.setattr(commands, "READ_CHUNK", 37)
+    assert current_epoch(run_dir(state, RUN), RUN) == 3
