@@ -92,6 +92,11 @@ TESTS: dict[str, list[str]] = {
     "verify/roundcheck.py": ["tests/test_round_checks_units.py"],
     "verify/commandcheck.py": ["tests/test_round_checks_units.py"],
     "verify/lifecyclecheck.py": ["tests/test_round_checks_units.py"],
+    "orchestrate/rounds/treedigest.py": ["tests/test_rounds_units.py"],
+    "orchestrate/rounds/texts.py": ["tests/test_rounds_units.py"],
+    "orchestrate/rounds/rebuild.py": ["tests/test_rounds_units.py"],
+    "orchestrate/rounds/scripted_roles.py": ["tests/test_rounds_units.py"],
+    "orchestrate/runner/commands.py": ["tests/test_rounds_units.py"],
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -93,7 +94,7 @@ def role_argv(job: BatchJob, role: str, prompt: str) -> tuple[Any, AgentRequest,
     if name == "scripted":
         assert request.workfile is not None
         cli = "repair" if role == "repair" else role
-        argv = [sys.executable, "-P", "-m", ROLE_MODULE, "--role", cli]
+        argv = [os.path.abspath(sys.executable), "-P", "-m", ROLE_MODULE, "--role", cli]
         argv += ["--workfile", str(request.workfile)]
     else:
         argv = list(adapter.argv(request))
