@@ -144,6 +144,19 @@ def test_attempts_beyond_the_limit_and_unknown_tasks_are_refused() -> None:
         check.audit(record, "a")
 
 
+def test_attempt_limits_count_within_one_resume_epoch() -> None:
+    def status(epoch: int) -> Record:
+        return rec("run.status", status="starting", epoch=epoch, reason="r", command=None)
+
+    # A continue (a new epoch) gives the suspended task its attempts again ...
+    fold_attempts([status(0), spawn(), status(1), spawn("b2", attempt=1)], {"t1": 1})
+    # ... a crash resume (same epoch) does not, and the recorded number follows the count.
+    with pytest.raises(AttemptError, match="starts attempt 2 but may have 1"):
+        fold_attempts([status(0), spawn(), status(0), spawn("b2", attempt=2)], {"t1": 1})
+    with pytest.raises(AttemptError, match="records attempt 2, its tasks are at attempt 1"):
+        fold_attempts([status(0), spawn(), status(1), spawn("b2", attempt=2)], {"t1": 2})
+
+
 # -- the rule's edges --------------------------------------------------------------------------
 
 

@@ -3,7 +3,8 @@
 Folding a run's audit records in order (docs/spec/runtime.md, "Attempts"):
 
 * ``agent.spawn``: each of its tasks starts one more attempt; no task has more attempts than
-  its limit (the task's ``max_attempts`` in the plan member, else the plan's); the record's
+  its limit within one resume epoch (a ``run.status`` with a new epoch starts the count over:
+  a continue is the operator's decision to go on) (the task's ``max_attempts`` in the plan member, else the plan's); the record's
   ``attempt`` is the largest attempt number among its tasks;
 * ``attempt.failed``: names a task of the batch that task was last spawned in, with that
   attempt's number; its ``anomaly`` is a known class; ``retry`` is exactly what
@@ -47,6 +48,8 @@ class AttemptCheck:
     plan_limits: Mapping[str, int] | None
     """Attempt limit per task id, from the plan member (None: no plan member, no limit check)."""
     tasks: dict[str, _Task] = field(default_factory=dict)
+    epoch: int = 0
+    """The run's resume epoch (``run.status``): attempts are counted within one epoch."""
 
     def _task(self, name: str) -> _Task:
         return self.tasks.setdefault(name, _Task())
@@ -81,6 +84,11 @@ class AttemptCheck:
                     f"{where}: batch {body['batch']!r} records attempt {body['attempt']}, its "
                     f"tasks are at attempt {max(numbers, default=1)}"
                 )
+        elif kind == "run.status":
+            if body["epoch"] != self.epoch:  # a continue: attempt limits count per epoch
+                self.epoch = body["epoch"]
+                for task in self.tasks.values():
+                    task.attempts = 0
         elif kind == "attempt.failed":
             self._failed(body, where)
         elif kind == "task.transition":

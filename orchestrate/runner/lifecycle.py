@@ -59,6 +59,7 @@ def take_resume(run: RunCore, *, ended: bool) -> bool:
             )
         return False
     run.epoch += 1
+    run.attempts.clear()  # attempt limits count within one epoch
     run.set_status("starting", "continue", command=command_id)
     run.suspended.clear()
     for task, state in sorted(run.states.items()):
