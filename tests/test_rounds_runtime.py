@@ -22,7 +22,12 @@ from harness.receipts.keys import init_keys
 from harness.verify.fsm import TaskState
 from harness.verify.rules.header import parse_header
 
-from .test_orchestrate_runtime import _records, _runtime, _verified
+from .test_orchestrate_runtime import (  # the shared adapter registry guard and helpers
+    _records,
+    _restore_adapter_registry,  # noqa: F401
+    _runtime,
+    _verified,
+)
 
 S = TaskState
 GATE = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 60}
@@ -332,3 +337,67 @@ def test_a_swapped_control_file_stops_the_run_without_hanging(tmp_path: Path, ki
             proc.kill()
     assert proc.returncode == 1
     assert "control.jsonl" in err, err
+
+
+# -- a real CLI's role invocation (fake executable speaking Claude Code's format) -----------
+
+
+def test_a_cli_manager_gets_its_tool_policy_and_its_answer_is_parsed(tmp_path: Path) -> None:
+    import dataclasses
+    import shutil
+    import stat
+
+    from harness.orchestrate.adapters import ADAPTERS, register_adapter
+    from harness.orchestrate.sandbox import Settings
+
+    from . import test_orchestrate_runtime as base
+
+    fake = tmp_path / "bin" / "claude"
+    fake.parent.mkdir()
+    for source in (Path(__file__).parent / "fakes").iterdir():
+        if source.is_file():
+            shutil.copyfile(source, fake.parent / source.name)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    register_adapter(dataclasses.replace(ADAPTERS["claude"], executable=str(fake)))
+    base._MATRIX = dataclasses.replace(
+        base._MATRIX, adapters={**base._MATRIX.adapters, "claude": base.NO_TAGS}
+    )
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = _keys(tmp_path)
+    task = _rounds_task("m", steps=1, manager="claude", max_rounds=1)
+    summary = _runtime(repo, _plan(task), keys, sandbox=Settings(opt_out=True)).run()
+    assert summary.states["m"] is S.BLOCKED  # the fake's answer has no Next line
+    audit = _records(repo / ".harness", "r1", "audit")
+    manager = _kinds(audit, "round.roles", "m")[0]["roles"]["manager"]
+    assert manager["adapter"] == "claude" and "--disallowedTools" in manager["flags"]
+    assert sorted(manager["enforced_by_flags"]) == ["mcp", "shell", "subagents", "write"]
+    plan = _kinds(audit, "round.plan", "m")[0]
+    assert plan["exit_code"] == 0 and not plan["valid"] and "Next" in plan["reason"]
+    text = load_text(repo / ".harness" / "runs" / "r1", plan["text"])
+    assert text  # the result text of the fake's JSON answer
+    worktrees = list((tmp_path).rglob("FAKE_CLAUDE.md"))
+    assert worktrees == []  # Write was denied: the fake made no edit
+    report = _verified(repo, keys, tmp_path)
+    assert report.status.value == "verified", report.failure
+
+
+def test_retry_starts_a_new_run_from_the_recorded_plan_only(tmp_path: Path) -> None:
+    repo, plan = _setup_cli(tmp_path, max_rounds=1, ghost=True)
+    first = _harness("run", plan, "--run", "r1", cwd=repo)
+    assert first.returncode == 1 and "rounds incomplete" in first.stdout, first.stdout
+    changed = tmp_path / "changed.toml"
+    changed.write_text(plan.read_text().replace("max_rounds = 1", "max_rounds = 2"))
+    refused = _harness("resume", changed, "--run", "r1", "--retry", "--new-run", "r2", cwd=repo)
+    assert refused.returncode == 1 and "is not the plan run r1 recorded" in refused.stderr
+    assert not (repo / ".harness" / "runs" / "r2").exists()
+    retried = _harness("resume", plan, "--run", "r1", "--retry", "--new-run", "r2", cwd=repo)
+    assert "run r2" in retried.stdout, retried.stdout + retried.stderr
+    digests = {
+        run: _kinds(_records(repo / ".harness", run, "audit"), "run.start")[0]["plan_sha256"]
+        for run in ("r1", "r2")
+    }
+    assert digests["r1"] == digests["r2"]
+    # and the incomplete r1 itself can still be continued (it is not touched by the retry)
+    status = _harness("status", "--run", "r1", cwd=repo)
+    assert "run r1: incomplete" in status.stdout, status.stdout
