@@ -439,6 +439,9 @@ def test_lines_backwards_matches_a_plain_split(
     [
         (b"a\n" + b"x" * 9, None),  # a torn tail of exactly the limit is skipped
         (b"a\n" + b"x" * 10, "last line over 9 bytes"),
+        (b"a\n" + b"x" * 20, "last line over 9 bytes"),  # over before its start is read
+        (b"x" * 9, None),  # no line end at all, exactly the limit: nothing yet
+        (b"x" * 10, "last line over 9 bytes"),
         (b"x" * 9 + b"\nb\n", None),
         (b"x" * 10 + b"\nb\n", "a line over 9 bytes"),
     ],
