@@ -350,3 +350,231 @@ def test_the_scripted_roles_program_exits_2_on_a_bad_workfile(tmp_path: Path) ->
     work.write_text(json.dumps({"steps": []}))
     assert scripted_roles.main(["--role", "auditor", "--workfile", str(work)]) == 2
     assert scripted_roles.main(["--role", "manager", "--workfile", str(tmp_path / "no")]) == 2
+
+
+# -- known answers and exact outputs (the survivors of the first mutation run) ---------------
+
+
+def test_the_tree_digest_known_answer(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    (root / "d").mkdir(parents=True)
+    (root / "a.txt").write_bytes(b"x")
+    (root / "d" / "b").write_bytes(b"")
+    os.symlink("a.txt", root / "l")
+    os.mkfifo(root / "p")
+    os.chmod(root / "a.txt", 0o644)
+    os.chmod(root / "d", 0o755)
+    os.chmod(root / "d" / "b", 0o600)
+    os.chmod(root / "p", 0o640)
+
+    def sha(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    link_mode = f"{os.lstat(root / 'l').st_mode & 0o7777:o}"
+    lines = [
+        f"f 644 a.txt {sha(b'x')}\n",
+        "d 755 d \n",
+        f"f 600 d/b {sha(b'')}\n",
+        f"l {link_mode} l {sha(b'a.txt')}\n",
+        "o 640 p \n",
+    ]
+    assert tree_digest(root) == sha("".join(lines).encode())
+
+
+def test_the_tree_digest_skips_a_git_folder_and_never_walks_a_linked_folder(
+    tmp_path: Path,
+) -> None:
+    root = _tree(tmp_path)
+    (root / ".git").unlink()
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    before = tree_digest(root)
+    (root / ".git" / "HEAD").write_text("other\n")
+    (outside / "new.txt").write_text("1")
+    assert tree_digest(root) == before
+
+
+def test_texts_repair_a_damaged_copy_and_keep_their_folder_private(tmp_path: Path) -> None:
+    digest = save_text(tmp_path, "report")
+    target = tmp_path / "rounds" / f"{digest}.txt"
+    target.write_bytes(b"damaged")
+    assert save_text(tmp_path, "report") == digest and target.read_bytes() == b"report"
+    assert (tmp_path / "rounds").stat().st_mode & 0o777 == 0o700
+    odd = "a" + "é" * MAX_TEXT_BYTES  # the cut falls inside a character
+    clipped = clip_text(odd)
+    assert clipped == "a" + "é" * ((MAX_TEXT_BYTES - 1) // 2)
+    assert load_text(tmp_path, save_text(tmp_path, odd)) == clipped
+
+
+def test_every_receipt_is_exact(tmp_path: Path) -> None:
+    desk, fake = _desk(tmp_path, epoch=1)
+    fake.open_gate = ("lh", 4, "approve")
+    desk.accept_resume = True
+    cases = [
+        (_command("stop", 3, revision=1), "applied", "the run stops"),
+        (_command("stop", 4, revision=1), "rejected", "the run is already stopping"),
+        (_command("approve", 5, revision=1), "applied", "closes the gate of round 4"),
+        (_command("instruct", 6, revision=1, task="plain", text="x"), "rejected",
+         "args.task names no rounds task"),
+        (_command("instruct", 7, revision=1, task="lh", text=""), "rejected",
+         "args.text is missing"),
+        (_command("instruct", 8, revision=1, task="lh", text="go"), "applied",
+         "for the next round of lh"),
+        (_command("resume", 9, revision=1), "applied", "continue as epoch 2"),
+        (_command("resume", 10, revision=1), "rejected", "the run is running or cannot continue"),
+        (_command("stop", 11, revision=0), "rejected", "stale revision"),
+    ]  # fmt: skip
+    for command, _, _ in cases:
+        desk.decide(command)
+    assert fake.records == [
+        (
+            "command.receipt",
+            {
+                "id": command.id,
+                "command": command.command,
+                "control_seq": command.seq,
+                "outcome": outcome,
+                "reason": reason,
+            },
+        )
+        for command, outcome, reason in cases
+    ]
+    assert fake.statuses == [("stopping", "c3")]
+    fake.states["lh"] = TaskState.FAILED
+    desk.decide(_command("instruct", 12, revision=1, task="lh", text="go"))
+    assert fake.records[-1][1]["reason"] == "task lh has ended"
+    abort_desk, _ = _desk(tmp_path)
+    abort_desk.decide(_command("abort", 0))
+    assert abort_desk.abort_command == "c0"
+
+
+def test_the_scripted_roles_say_exactly_this() -> None:
+    steps = _steps()
+    assert scripted_roles.manager({"steps": steps, "history": []}) == "Step 1 of 2: one\nNext: cli"
+    assert scripted_roles.manager({"steps": [], "history": []}) == (
+        "There is no step I can plan for this goal.\nNext: blocked"
+    )
+    history = [
+        {"round": r, "plan": "Step 1 of 2: one\nNext: cli", "effective": "complete"}
+        for r in (1, 2, 3, 4)
+    ]
+    planned = scripted_roles.manager({"steps": steps, "history": history, "feedback": "bad"})
+    assert planned == (
+        "Step 2 of 2: two\nFeedback on the last plan: bad\nCites: 2, 3, 4\nNext: cli"
+    )
+    both = [*history, {"round": 5, "plan": "Step 2 of 2: two", "effective": "complete"}]
+    assert scripted_roles.manager({"steps": steps, "history": both}) == (
+        "Every step is audited complete.\nNext: done"
+    )
+    redo = [*both, {"round": 6, "plan": "Step 2 of 2: two", "effective": "incomplete"}]
+    # every step was complete once, the latest audit is not: redo the last step, not done
+    assert scripted_roles.manager({"steps": steps, "history": redo}) == (
+        "Step 2 of 2: two\nCites: 3, 4, 5\nNext: cli"
+    )
+    assert scripted_roles.repair({"report": "Status = a = b\nx = y\nz = 1\nw = 2"}) == (
+        "Status: a = b\nx: y\nz: 1\nw = 2"
+    )
+
+
+def test_the_scripted_executor_and_auditor_in_detail(tmp_path: Path) -> None:
+    steps = [
+        {"say": "s", "edits": [
+            {"path": "deep/er/a.txt", "content": "A"},
+            {"path": "gone.txt", "content": None},
+        ]},
+    ]  # fmt: skip
+    plan = "Step 1 of 1: s"
+    work = {"steps": steps, "plan": plan}
+    (tmp_path / "gone.txt").write_text("old")
+    assert scripted_roles.executor({"steps": steps, "plan": "nothing"}, tmp_path) == (
+        "I could not tell which step to do."
+    )
+    assert scripted_roles.executor({"steps": steps, "plan": "Step 2 of 1: s"}, tmp_path) == (
+        "I could not tell which step to do."
+    )
+    assert scripted_roles.executor({**work, "ghost": True}, tmp_path) == (
+        "Step 1 is done: every edit is in place."
+    )
+    assert scripted_roles.executor(work, tmp_path) == (
+        "Step 1 is done: wrote deep/er/a.txt, gone.txt."
+    )
+    assert (tmp_path / "deep" / "er" / "a.txt").read_text(encoding="utf-8") == "A"
+    assert not (tmp_path / "gone.txt").exists()
+    assert scripted_roles.executor(work, tmp_path).endswith("gone.txt.")  # deleting twice is fine
+    empty = {"steps": [{"say": "s", "edits": []}], "plan": plan}
+    assert scripted_roles.executor(empty, tmp_path) == "Step 1 is done: wrote nothing."
+    assert scripted_roles.auditor(work, tmp_path) == (
+        "Status: complete\nIntegrity: clean\nContract audit: aligned\n\n"
+        "Every edit of the step is in the worktree."
+    )
+    (tmp_path / "gone.txt").write_text("back")
+    (tmp_path / "deep" / "er" / "a.txt").write_text("B")
+    assert scripted_roles.auditor(work, tmp_path) == (
+        "Status: incomplete\nIntegrity: clean\nContract audit: aligned\n\n"
+        "deep/er/a.txt is not as the step asks; gone.txt still exists"
+    )
+    assert scripted_roles.auditor({"steps": steps, "plan": "?"}, tmp_path).endswith(
+        "the plan names no step of the script"
+    )
+    writes = scripted_roles.auditor({**work, "auditor_writes": "note.md"}, tmp_path)
+    assert writes.startswith("Status: complete\n") and writes.endswith("left a note in the tree.")
+    assert (tmp_path / "note.md").read_text() == "audited\n"
+    for bad in ("/abs", "a/../b", ".git/config"):
+        with pytest.raises(ValueError, match="refusing path"):
+            scripted_roles.executor(
+                {"steps": [{"say": "s", "edits": [{"path": bad, "content": "x"}]}], "plan": plan},
+                tmp_path,
+            )
+
+
+@pytest.mark.parametrize("role", ["manager", "executor", "auditor", "repair"])
+def test_the_scripted_roles_program_prints_its_answer(
+    tmp_path: Path, role: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    work = {"steps": _steps(), "history": [], "plan": "Step 1 of 2: one", "report": "Status = x"}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(work), encoding="utf-8")
+    assert scripted_roles.main(["--role", role, "--workfile", str(path)]) == 0
+    expected = {
+        "manager": lambda: scripted_roles.manager(work),
+        "executor": lambda: "Step 1 is done: wrote a.txt.",
+        "auditor": lambda: scripted_roles.auditor(work, tmp_path),
+        "repair": lambda: "Status: x",
+    }[role]()
+    assert capsys.readouterr().out == expected + "\n"
+
+
+def test_rebuild_in_detail(tmp_path: Path) -> None:
+    plan = save_text(tmp_path, "Step 1 of 1: a\nNext: cli")
+    report = save_text(tmp_path, "Status: incomplete\nIntegrity: suspect\nContract audit: unknown")
+    records = [
+        {"kind": "round.end", "body": {"task": "t", "round": 7, "failing": 9,
+                                       "checkpoint": "f" * 40}},  # no plan before it: skipped
+        {"kind": "round.step", "body": {"task": "t"}},
+        {"kind": "round.plan"},  # no body: not this task's
+        _rec("round.plan", round=1, text=plan, valid=True, reason="valid"),
+        _rec("round.audit", round=1, text=report, repair=None, status="incomplete",
+             integrity="suspect", contract="unknown", effective="incomplete"),
+        _rec("round.end", round=1, failing=1, checkpoint="a" * 40),
+    ]  # fmt: skip
+    state = rebuild_state(tmp_path, "t", records)
+    assert state.history == [
+        {
+            "round": 1,
+            "plan": "Step 1 of 1: a\nNext: cli",
+            "report": "Status: incomplete\nIntegrity: suspect\nContract audit: unknown",
+            "effective": "incomplete",
+        }
+    ]
+    assert (state.round, state.failing, state.checkpoint) == (1, 1, "a" * 40)
+    assert state.latest is not None
+    assert (state.latest.status, state.latest.integrity, state.latest.contract) == (
+        "incomplete", "suspect", "unknown"
+    )  # fmt: skip
+    assert state.latest_effective == "incomplete" and state.feedback is None
+    fresh = rebuild_state(tmp_path, "t", [])
+    assert (fresh.round, fresh.failing, fresh.checkpoint, fresh.history) == (0, 0, None, [])
