@@ -159,7 +159,82 @@ def recovered() -> Evidence:
     return ev.step("t1", 1, BASE, C1, epoch=1)
 
 
+def two_tasks() -> Evidence:
+    """lawful() with a second task that never starts: the run cannot end completed."""
+    ev = lawful()
+    plan = make_plan(["t1", "t2"])
+    planned = next(r for r in ev.records if r[1] == "task.planned")
+    t2 = ("audit", "task.planned", {**planned[2], "task": "t2"})
+    records = [r for r in ev.records if r[1] != "run.start"]
+    fresh = Evidence(plan).start()
+    start = fresh.records[0]
+    index = records.index(planned)
+    out = [start, *records[: index + 1], t2, *records[index + 1 :]]
+    return Evidence(plan, out, dict(ev.texts))
+
+
+def reopened_then_cancelled() -> Evidence:
+    ev = Evidence(make_plan(["t1"])).start()
+    ev.add(status("creating"), status("starting"), status("running"))
+    ev.spawn("t1").roles("t1", max_rounds=1).plan_("t1", 1, "Next: cli\n", "cli")
+    ev.step("t1", 1, BASE, C1).audit("t1", 1, INCOMPLETE).end("t1", 1, "incomplete", 1, C1)
+    ev.add(move("t1", "in_progress", "blocked"), RELEASE, status("incomplete"), END)
+    ev.add(command("u1", "resume"), receipt("u1", "resume", 0))
+    ev.add(status("starting", 1, "u1"), status("running", 1))
+    ev.add(move("t1", "blocked", "open"), move("t1", "open", "cancelled"))
+    return ev.add(status("failed", 1), END)
+
+
+def suspended_blocked() -> Evidence:
+    ev = Evidence(make_plan(["t1"])).start()
+    ev.add(status("creating"), status("starting"), status("running"))
+    ev.spawn("t1").roles("t1").plan_("t1", 1, "Cannot.\nNext: blocked\n", "blocked")
+    ev.end("t1", 1, "blocked", 0, BASE)
+    return ev.add(move("t1", "in_progress", "blocked"), RELEASE, status("blocked"), END)
+
+
+def stopped_mid_round() -> Evidence:
+    ev = Evidence(make_plan(["t1"])).start()
+    ev.add(status("creating"), status("starting"), status("running"))
+    ev.spawn("t1").roles("t1").plan_("t1", 1, "Next: cli\n", "cli")
+    ev.add(command("s1", "stop"), receipt("s1", "stop", 0), status("stopping", command="s1"))
+    return ev.add(move("t1", "in_progress", "cancelled"), RELEASE, status("cancelled"), END)
+
+
+def aborted() -> Evidence:
+    ev = Evidence(make_plan(["t1"])).start()
+    ev.add(status("creating"), status("starting"), status("running"))
+    ev.add(command("x1", "abort"), receipt("x1", "abort", 0))
+    return ev.add(move("t1", "planned", "cancelled"), status("failed"), END)
+
+
+def done_refused() -> Evidence:
+    return one().plan_("t1", 1, "Next: done\n", None, valid=False).end("t1", 1, "continue", 1, BASE)
+
+
+def odd_but_lawful() -> Evidence:
+    """Edges the rules allow: a step whose commit is unchanged but whose paths are not, an
+    applied receipt whose reason happens to read 'stale revision', an instruction for the next
+    round, max_rounds at its ceiling, a protocol run still going with a command unanswered."""
+    ev = Evidence(make_plan(["t1"])).start()
+    ev.add(status("creating"), status("starting"), status("running"))
+    ev.spawn("t1").roles("t1", max_rounds=1000)
+    ev.add(command("c1", "instruct"), receipt("c1", "instruct", 0, "applied", "stale revision"))
+    ev.input("t1", 1, "c1", "instruct", "Start with the parser.\n")
+    ev.plan_("t1", 1, "Next: cli\n", "cli").step("t1", 1, BASE, BASE, paths=["src/a.py"])
+    ev.audit("t1", 1, COMPLETE).end("t1", 1, "continue", 0, BASE)
+    ev.add(command("c2", "instruct"), receipt("c2", "instruct", 1))
+    ev.input("t1", 2, "c2", "instruct", "Next, the tests.\n")
+    return ev.add(command("c3", "stop"))
+
+
 LAWFUL: dict[str, Callable[[], Evidence]] = {
+    "reopened_then_cancelled": reopened_then_cancelled,
+    "suspended_blocked": suspended_blocked,
+    "stopped_mid_round": stopped_mid_round,
+    "aborted": aborted,
+    "done_refused": done_refused,
+    "odd_but_lawful": odd_but_lawful,
     "recovered": recovered,
     "one_round": one_round,
     "crashed": crashed,
@@ -288,7 +363,7 @@ CASES: list[tuple[str, Callable[[], Evidence], Callable[[Evidence], Evidence], s
         "gating",
         lawful,
         _replace(move("t1", "in_progress", "gating"), move("t1", "in_progress", "failed")),
-        "demands in_progress -> gating",
+        "task 't1' moves in_progress -> failed, but its round ended at runs/r1/stores/audit.jsonl",
     ),
     (
         "blocked",
@@ -391,6 +466,167 @@ CASES: list[tuple[str, Callable[[], Evidence], Callable[[Evidence], Evidence], s
         "event after the run ended",
     ),
     ("above-max", continued, _set("run.status", 4, epoch=10001), "is above 10000"),
+    # second round of cases (mutation survivors)
+    (
+        "never-started",
+        two_tasks,
+        lambda ev: ev,
+        "the run ends 'completed', the rule gives 'failed'",
+    ),
+    (
+        "reopen-kept",
+        reopened_then_cancelled,
+        _set("run.status", 6, status="incomplete"),
+        "the rule gives 'failed'",
+    ),
+    (
+        "blocked-end",
+        suspended_blocked,
+        _set("run.status", 3, status="failed"),
+        "the run ends 'failed', the rule gives 'blocked'",
+    ),
+    (
+        "stop-ignored",
+        stopped_mid_round,
+        _replace(status("cancelled"), status("failed")),
+        "not a legal step",
+    ),
+    ("abort-ignored", aborted, _set("run.status", 3, status="completed"), "gives 'failed'"),
+    (
+        "stop-then-failed",
+        lambda: (
+            Evidence(make_plan(["t1"]))
+            .start()
+            .add(
+                status("creating"),
+                status("starting"),
+                status("running"),
+                command("s1", "stop"),
+                receipt("s1", "stop", 0),
+            )
+        ),
+        lambda ev: ev.add(status("failed"), END),
+        "the run ends 'failed', the rule gives 'cancelled'",
+    ),
+    (
+        "merge-after-violation",
+        violated,
+        lambda ev: Evidence(ev.plan, ev.records[:-1], dict(ev.texts)).add(
+            (
+                "audit",
+                "gate.integrity",
+                {
+                    "batch": "b0001",
+                    "tasks": ["t1"],
+                    "commit": C1,
+                    "tree": "a" * 40,
+                    "head": C1,
+                    "head_tree": "a" * 40,
+                    "clean_before": True,
+                    "clean_after": True,
+                    "intact": True,
+                    "reason": "unchanged",
+                },
+            ),
+            (
+                "audit",
+                "merge.result",
+                {
+                    "task": "t1",
+                    "branch": "harness/r1/b0001",
+                    "merged": True,
+                    "commit": C1,
+                    "reason": "clean",
+                },
+            ),
+        ),
+        "task 't1' is merged after its round ended 'violation'",
+    ),
+    (
+        "stale-other-reason",
+        lawful,
+        lambda ev: _set("command", revision=3)(
+            _set("command.receipt", outcome="rejected", reason="nope")(_drop("round.input")(ev))
+        ),
+        "must be 'rejected' with reason 'stale revision'",
+    ),
+    (
+        "stale-epoch-1",
+        continued,
+        lambda ev: ev.add(command("c9", "instruct"), receipt("c9", "instruct", 1)),
+        "command.receipt after the run ended",
+    ),
+    (
+        "stale-at-epoch",
+        lambda: Evidence(continued().plan, continued().records[:-2], dict(continued().texts)),
+        lambda ev: ev.add(
+            command("c9", "stop", revision=0),
+            receipt("c9", "stop", 1, "rejected", "stale revision"),
+            command("c8", "stop", revision=0),
+            receipt("c8", "stop", 2),
+        ),
+        "command 'c8' targets revision 0 in epoch 1",
+    ),
+    (
+        "receipt-protocol",
+        lambda: Evidence(make_plan(["t1"])).start(),
+        lambda ev: ev.add(
+            command("c1", "approve"), receipt("c1", "approve", 0), END, command("c2", "stop")
+        ),
+        "command 'c2' (stop, control seq 1) has no receipt",
+    ),
+    ("status-after-end", lawful, _add(status("running")), "run.status after the run ended"),
+    (
+        "step-invalid-plan",
+        done_refused,
+        lambda ev: Evidence(ev.plan, ev.records[:-1], dict(ev.texts)).step("t1", 1, BASE, C1),
+        "but the round's plan is next None",
+    ),
+    (
+        "step-twice",
+        one,
+        lambda ev: (
+            ev.plan_("t1", 1, "Next: cli\n", "cli").step("t1", 1, BASE, C1).step("t1", 1, C1, C2)
+        ),
+        "already stepped",
+    ),
+    (
+        "audit-twice",
+        one_round,
+        lambda ev: Evidence(ev.plan, ev.records[:-1], dict(ev.texts)).audit("t1", 1, COMPLETE),
+        "an audit already",
+    ),
+    ("instruct-far", lawful, _set("round.input", round=3), "names the last ended round (1)"),
+    (
+        "roles-denied",
+        lawful,
+        lambda ev: edit(
+            ev,
+            "round.roles",
+            lambda b: b.update(
+                roles={**b["roles"], "manager": {**b["roles"]["manager"], "denied": []}}
+            ),
+        ),
+        "the manager is denied []",
+    ),
+    ("done-as-valid", done_refused, _set("round.plan", next="done", valid=True), "'done' refused"),
+    (
+        "gui-end-early",
+        one,
+        lambda ev: ev.plan_("t1", 1, "Next: gui\n", "gui").end("t1", 1, "continue", 1, BASE),
+        "before the round's step and audit",
+    ),
+    (
+        "gate-then-plan",
+        one,
+        lambda ev: (
+            ev.plan_("t1", 1, "Next: ask\n", "ask")
+            .end("t1", 1, "gate", 0, BASE)
+            .plan_("t1", 2, "Next: cli\n", "cli")
+        ),
+        "round 1 ended 'gate' without its round.gate record",
+    ),
+    ("extra-text", lawful, lambda ev: (ev.text("stray\n"), ev)[1], "a rounds member no round"),
 ]
 
 
@@ -409,6 +645,7 @@ def test_each_broken_rule_is_refused(
     reason = fold_all(change(build()))
     assert reason is not None, "a broken history passed"
     assert words in reason, reason
+    assert reason.startswith(f"runs/{RUN}/"), reason  # located: member (and line, seq)
 
 
 def test_round_texts_are_the_runs_digest_members_only() -> None:
