@@ -33,6 +33,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["parallel.py", "--tasks", "2", "--gate-s", "0", "--levels", "1,2"],
         ["supervise.py", "--entries", "200", "--procs", "2", "--sleep", "0.1"],
         ["rounds.py", "--steps", "1,2"],
+        ["bus.py", "--commands", "20", "--polls", "50"],
     ],
     ids=lambda args: args[0],
 )
