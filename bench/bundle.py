@@ -54,7 +54,11 @@ def build(folder: Path, records: int, every: int) -> tuple[Path, OperatorKeys]:
             "adapter": "a", "key": "0" * 64, "model": "m",
             "request_sha256": "0" * 64, "response_sha256": "0" * 64,
         })  # fmt: skip
-        run.record("control", "command", {"operator": "o", "command": "run", "args": {}})
+        run.record(
+            "control",
+            "command",
+            {"operator": "o", "command": "run", "args": {}, "id": "c1", "revision": 0},
+        )
     bundle = export_bundle(state, folder / "bundle.tar", keys).path
     (folder / "hmac.key").write_text(MASTER.hex() + "\n")
     return bundle, keys
