@@ -228,7 +228,14 @@ def odd_but_lawful() -> Evidence:
     return ev.add(command("c3", "stop"))
 
 
+def ghost() -> Evidence:
+    """The executor claims success and nothing changed: whatever the report, incomplete."""
+    ev = one().plan_("t1", 1, "Next: cli\n", "cli").step("t1", 1, BASE, BASE)
+    return ev.audit("t1", 1, COMPLETE, ghost=True).end("t1", 1, "continue", 1, BASE)
+
+
 LAWFUL: dict[str, Callable[[], Evidence]] = {
+    "ghost": ghost,
     "reopened_then_cancelled": reopened_then_cancelled,
     "suspended_blocked": suspended_blocked,
     "stopped_mid_round": stopped_mid_round,
@@ -626,6 +633,24 @@ CASES: list[tuple[str, Callable[[], Evidence], Callable[[Evidence], Evidence], s
         ),
         "round 1 ended 'gate' without its round.gate record",
     ),
+    (
+        "ghost-hidden",
+        ghost,
+        lambda ev: edit(ev, "round.audit", lambda b: b.update(ghost=False, effective="complete")),
+        "records ghost false",
+    ),
+    (
+        "ghost-complete",
+        ghost,
+        _set("round.audit", effective="complete"),
+        "records effective 'complete', the rule gives 'incomplete'",
+    ),
+    (
+        "abort-wins",
+        lawful,
+        _after(receipt("c1", "instruct", 0), receipt("x1", "abort", 1)),
+        "the run ends 'completed', the rule gives 'failed'",
+    ),
     ("extra-text", lawful, lambda ev: (ev.text("stray\n"), ev)[1], "a rounds member no round"),
 ]
 
@@ -691,3 +716,23 @@ def test_run_folder_round_texts_are_read_like_bundle_members(tmp_path: Path) -> 
     (rounds / "notes.txt").write_bytes(b"x")
     with pytest.raises(RoundError, match="not a round text"):
         folder_round_texts(tmp_path, RUN)
+
+
+def test_run_folder_round_texts_are_capped_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.verify import roundcheck
+
+    rounds = tmp_path / "rounds"
+    rounds.mkdir()
+    for data in (b"a" * 6, b"b" * 6):
+        (rounds / f"{hashlib.sha256(data).hexdigest()}.txt").write_bytes(data)
+    monkeypatch.setattr(roundcheck, "ROUND_TEXTS_MAX_BYTES", 12)
+    assert len(roundcheck.folder_round_texts(tmp_path, RUN)) == 2
+    monkeypatch.setattr(roundcheck, "ROUND_TEXTS_MAX_BYTES", 11)
+    with pytest.raises(roundcheck.RoundError, match="over their size limits"):
+        roundcheck.folder_round_texts(tmp_path, RUN)
+    monkeypatch.setattr(roundcheck, "ROUND_TEXTS_MAX_BYTES", 12)
+    monkeypatch.setattr(roundcheck, "ROUND_TEXT_MAX_BYTES", 5)
+    with pytest.raises(roundcheck.RoundError, match="over their size limits"):
+        roundcheck.folder_round_texts(tmp_path, RUN)

@@ -67,10 +67,8 @@ class LifecycleCheck:
                 self.suspended.pop(name, None)
         elif kind == "round.end":
             name = str(body["task"])
-            if body["outcome"] in ("incomplete", "blocked"):
+            if body["outcome"] in ("incomplete", "blocked"):  # until it leaves blocked
                 self.suspended[name] = str(body["outcome"])
-            else:
-                self.suspended.pop(name, None)
         elif kind == "command.receipt" and body["outcome"] == "applied":
             self._applied(body, where)
         elif kind == "run.status":

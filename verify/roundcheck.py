@@ -98,8 +98,6 @@ class _Task:
     """The number of the task's last ended round (0: none yet)."""
     failing: int = 0
     open: _Round | None = None
-    crashed: int | None = None
-    """The number of a round a crash left unfinished: the next round reuses it."""
     checkpoint: str | None = None
     checkpoint_sure: bool = False
     """Whether the next step must start from ``checkpoint`` (no crash since it was taken)."""
@@ -210,9 +208,7 @@ class RoundCheck:
         if body["status"] != "starting":
             return
         for task in self.tasks.values():  # a crash (or a continue): unfinished rounds are left
-            if task.open is not None:
-                task.crashed = task.open.number
-                task.open = None
+            task.open = None  # the next round reuses its number (the last ended + 1)
             task.gate_record = None
             task.checkpoint_sure = False
             task.recovering = True
@@ -271,7 +267,7 @@ class RoundCheck:
                 f"{where}: {what}, but the round ended at {task.expect[1]} demands the task's "
                 f"in_progress -> {task.expect[0]} first"
             )
-        expected = task.crashed if task.crashed is not None else task.ended + 1
+        expected = task.ended + 1
         if number != expected:
             raise RoundError(f"{where}: {what}: expected round {expected}")
         text = self._text(body["text"], f"{where}: {what}", "plan text")
@@ -297,7 +293,6 @@ class RoundCheck:
             raise RoundError(
                 f"{where}: {what} records cites {body['cites']}, the plan text cites {cites}"
             )
-        task.crashed = None
         task.recovering = False
         task.open = _Round(number, valid, parsed.action if valid else None)
 
