@@ -90,7 +90,7 @@ def test_verdict_box_comes_first(page: str, report: dict[str, Any], keys: Operat
         keys.key_id,
         f"{start} to {end}",
         "1: demo-run",
-        "5 task(s): Denied: 1, Done: 3, Failed: 1 (2 did not complete)",
+        "8 task(s): Blocked: 2, Denied: 1, Done: 4, Failed: 1 (4 did not complete)",
         "Human interventions</th><td>0: none",
         "2: Capability denied: 1, Gate failed: 1",
         "183 days, controller Example Ltd",
@@ -107,6 +107,9 @@ def test_tasks_in_report_json(report: dict[str, Any]) -> None:
         "changelog": "done",
         "docs": "done",
         "exfiltrate": "denied",
+        "guide": "done",
+        "ghost": "blocked",
+        "audited": "blocked",
     }
     for task in report["tasks"]:
         assert task["evidence_count"] == task["transitions"] + 1  # task.planned + transitions

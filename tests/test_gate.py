@@ -42,7 +42,14 @@ from harness.verify.policy import EMPTY_POLICY, TrustPolicy
 from harness.verify.report import ExitCode, Status
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "gate-report.schema.json"
-DEMO_FILES = ["CHANGELOG.md", "README.md", "calc.py", "docs/usage.md", "tests/test_mul.py"]
+DEMO_FILES = [
+    "CHANGELOG.md",
+    "README.md",
+    "calc.py",
+    "docs/guide.md",
+    "docs/usage.md",
+    "tests/test_mul.py",
+]
 
 
 def _git(repo: Path, *args: str) -> str:
