@@ -292,7 +292,7 @@ def request_command(
     _, operator_keys = load_run_keys(repo, keys)
     try:
         return issue_command(
-            state,
+            state.resolve(),  # the operator's links resolved once; none followed after
             run_id,
             operator_keys,
             operator=operator,

@@ -401,3 +401,22 @@ def test_retry_starts_a_new_run_from_the_recorded_plan_only(tmp_path: Path) -> N
     # and the incomplete r1 itself can still be continued (it is not touched by the retry)
     status = _harness("status", "--run", "r1", cwd=repo)
     assert "run r1: incomplete" in status.stdout, status.stdout
+
+
+def test_an_operator_path_through_a_link_still_reaches_the_bus(tmp_path: Path) -> None:
+    """The operator's own links (a symlinked home) are resolved once; a link swapped in
+    below the state folder later is still refused (test above)."""
+    from harness.orchestrate.state import request_command
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "via").symlink_to(real, target_is_directory=True)
+    repo = tmp_path / "via" / "repo"
+    make_repo(repo)
+    keys = _keys(tmp_path)
+    summary = _runtime(repo, _plan(_rounds_task("t", steps=1)), keys).run()
+    assert summary.states["t"] is S.DONE
+    keys_dir = tmp_path / "keys"
+    issued = request_command(repo, "r1", "resume", {}, "op", keys_dir)  # allowed after the end
+    assert issued.seq == 0 and not issued.replayed
+    assert _records(repo / ".harness", "r1", "control")[0]["body"]["command"] == "resume"

@@ -41,7 +41,9 @@ class CommandDesk:
 
     def __init__(self, run: RunCore) -> None:
         self.run = run
-        self.bus = ControlBus(run.folder, run.run_id, run.keys.hmac_master)
+        # The operator's own path may go through links (a symlinked home): resolved once
+        # here; from then on every component is opened without following links.
+        self.bus = ControlBus(run.folder.resolve(), run.run_id, run.keys.hmac_master)
         self.gate_inputs: deque[Command] = deque()
         self.instructions: dict[str, list[Command]] = {}
         self.stop_command: str | None = None
