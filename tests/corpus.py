@@ -148,7 +148,11 @@ def record_run(
             return
         run.record("audit", "event", {"name": "run.begin", "data": {"plan": "fixed"}})
         run.record("audit", "event", {"name": "task.start", "data": {"task": "t1"}})
-        run.record("control", "command", {"operator": "op", "command": "run", "args": {}, "id": "c1", "revision": 0})
+        run.record(
+            "control",
+            "command",
+            {"operator": "op", "command": "run", "args": {}, "id": "c1", "revision": 0},
+        )
         run.record(
             "replay",
             "model.call",

@@ -405,7 +405,11 @@ def _hostile_state(tmp_path: Path) -> tuple[Path, OperatorKeys]:
             "task.transition",
             {"task": HOSTILE, "from": "planned", "to": "denied", "reason": "trifecta"},
         )
-        run.record("control", "command", {"operator": HOSTILE, "command": "stop", "args": {}, "id": "c1", "revision": 0})
+        run.record(
+            "control",
+            "command",
+            {"operator": HOSTILE, "command": "stop", "args": {}, "id": "c1", "revision": 0},
+        )
         run.record("audit", "run.end", {"outcome": "completed"})
     return state, keys
 

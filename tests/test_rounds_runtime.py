@@ -420,3 +420,33 @@ def test_an_operator_path_through_a_link_still_reaches_the_bus(tmp_path: Path) -
     issued = request_command(repo, "r1", "resume", {}, "op", keys_dir)  # allowed after the end
     assert issued.seq == 0 and not issued.replayed
     assert _records(repo / ".harness", "r1", "control")[0]["body"]["command"] == "resume"
+
+
+def test_a_crash_resume_without_continue_ends_incomplete_and_verifies(tmp_path: Path) -> None:
+    repo, plan = _setup_cli(tmp_path, max_rounds=5, ghost=False)
+    audit = repo / ".harness" / "runs" / "r1" / "audit.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(plan), "--run", "r1"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for(audit, '"kind":"round.end"', proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    again = _harness("run", plan, "--run", "r1", cwd=repo)  # a crash resume, same epoch
+    assert again.returncode == 1 and "interrupted by a runtime crash" in again.stdout, again.stdout
+    records = _records(repo / ".harness", "r1", "audit")
+    statuses = [(b["status"], b["epoch"]) for b in _kinds(records, "run.status")]
+    assert statuses[-1] == ("incomplete", 0) and ("starting", 1) not in statuses
+    out = tmp_path / "bundle.tar"
+    exported = _harness("export", out, cwd=repo)
+    key_id = exported.stdout.rsplit("signer key id ", 1)[1].strip()
+    check = subprocess.run(
+        [sys.executable, "-m", "harness.verify.cli", str(out), "--trusted-key", key_id],
+        capture_output=True, text=True, check=False, cwd=repo,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr

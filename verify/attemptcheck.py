@@ -3,9 +3,9 @@
 Folding a run's audit records in order (docs/spec/runtime.md, "Attempts"):
 
 * ``agent.spawn``: each of its tasks starts one more attempt; no task has more attempts than
-  its limit within one resume epoch (a ``run.status`` with a new epoch starts the count over:
-  a continue is the operator's decision to go on) (the task's ``max_attempts`` in the plan member, else the plan's); the record's
-  ``attempt`` is the largest attempt number among its tasks;
+  its limit (the task's ``max_attempts`` in the plan member, else the plan's) within one resume
+  epoch (a ``run.status`` with a new epoch starts the count over: a continue is the operator's
+  decision to go on); the record's ``attempt`` is the largest attempt number among its tasks;
 * ``attempt.failed``: names a task of the batch that task was last spawned in, with that
   attempt's number; its ``anomaly`` is a known class; ``retry`` is exactly what
   ``harness.verify.rules.attempts.decide`` says for that class, attempt and limit; a retry

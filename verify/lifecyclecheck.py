@@ -65,6 +65,10 @@ class LifecycleCheck:
             self.tasks[name] = str(body["to"])
             if body["from"] == "blocked":
                 self.suspended.pop(name, None)
+            elif (body["from"], body["to"]) == ("in_progress", "blocked"):
+                # a rounds task suspended by a crash recovery (no round.end: the round check
+                # allows it only then) is resumable like an incomplete one
+                self.suspended.setdefault(name, "incomplete")
         elif kind == "round.end":
             name = str(body["task"])
             if body["outcome"] in ("incomplete", "blocked"):  # until it leaves blocked
