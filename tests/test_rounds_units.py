@@ -100,6 +100,7 @@ def test_texts_are_saved_once_by_digest_and_read_back(tmp_path: Path) -> None:
     path = tmp_path / "rounds" / f"{digest}.txt"
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rounds"]
 
 
 def test_a_text_whose_bytes_changed_is_refused(tmp_path: Path) -> None:

@@ -38,10 +38,14 @@ def save_text(run_folder: Path, text: str) -> str:
     target = folder / f"{digest}.txt"
     if target.is_file() and target.read_bytes() == data:
         return digest
-    tmp = folder / f".{digest}.tmp"
+    # The temporary file lives beside the folder, not in it: a crash between the write and
+    # the rename must never leave in ``rounds/`` a file the exporter refuses.
+    tmp = run_folder / f".rounds-{digest}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
