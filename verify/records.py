@@ -14,13 +14,72 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .canonical import check_json_types, decode_canonical
-from .errors import CanonicalEncodingError, SchemaError
+from .canonical import decode_canonical
+from .errors import SchemaError
 from .fsm import TaskState
+from .recordkinds import (
+    BODY_SPECS,
+    COMMAND_ID_RE,
+    COMMIT_RE,
+    GIT_MODES,
+    HEX64_RE,
+    QUARANTINE_BODY,
+    TIME_RE,
+    BodySpec,
+    Checker,
+    _action_list,
+    _bool,
+    _command_id,
+    _commit,
+    _commit_list,
+    _git_mode,
+    _hex64,
+    _hex64_list,
+    _int,
+    _nat,
+    _nat_list,
+    _object,
+    _opt_command_id,
+    _opt_git_mode,
+    _opt_hex64,
+    _opt_int,
+    _opt_object,
+    _opt_str,
+    _str,
+    _str_list,
+    _task_state,
+    _time,
+)
+
+__all__ = [
+    "BODY_SPECS",
+    "COMMAND_ID_RE",
+    "COMMIT_RE",
+    "ENVELOPE_KEYS",
+    "GIT_MODES",
+    "HEX64_RE",
+    "KIND_RE",
+    "MAC_HEX_LEN",
+    "MAX_LINE_BYTES",
+    "QUARANTINE_BODY",
+    "RECORD_VERSION",
+    "RUN_ID_RE",
+    "STORES",
+    "TIME_RE",
+    "BodySpec",
+    "Checker",
+    "Record",
+    "check_body",
+    "check_envelope",
+    "parse_record_line",
+    "split_mac",
+]
+"""The kinds, their bodies and the shared patterns live in ``harness.verify.recordkinds``;
+they stay importable from here."""
 
 RECORD_VERSION: Final = 2
 STORES: Final = ("lineage", "audit", "replay", "control")
@@ -31,9 +90,6 @@ MAX_LINE_BYTES: Final = 1 << 20
 ENVELOPE_KEYS: Final = frozenset({"body", "kind", "mac", "run", "seq", "store", "time", "v"})
 RUN_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 KIND_RE: Final = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
-TIME_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
-HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
-COMMIT_RE: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _MAC_MEMBER: Final = b',"mac":"'
 
 
@@ -48,427 +104,6 @@ class Record:
     kind: str
     body: Mapping[str, Any]
     mac: str
-
-
-# ---- body checks -------------------------------------------------------------------------
-# A body spec maps each member name to (required, checker). Checkers return an error string
-# or None. Keeping them declarative lets docs, JSON Schemas and tests enumerate them.
-
-Checker = Callable[[Any], "str | None"]
-
-
-def _str(value: Any) -> str | None:
-    return None if type(value) is str and value else "a non-empty string"
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else _str(value)
-
-
-def _hex64(value: Any) -> str | None:
-    ok = type(value) is str and HEX64_RE.fullmatch(value)
-    return None if ok else "64 lowercase hex digits"
-
-
-def _nat(value: Any) -> str | None:
-    return None if type(value) is int and value >= 0 else "a non-negative integer"
-
-
-def _hex64_list(value: Any) -> str | None:
-    if type(value) is not list or any(_hex64(item) for item in value):
-        return "a list of 64-hex-digit digests"
-    return None
-
-
-def _int(value: Any) -> str | None:
-    return None if type(value) is int else "an integer"
-
-
-def _opt_int(value: Any) -> str | None:
-    return None if value is None or type(value) is int else "an integer or null"
-
-
-def _bool(value: Any) -> str | None:
-    return None if type(value) is bool else "true or false"
-
-
-def _str_list(value: Any) -> str | None:
-    if type(value) is not list or any(type(item) is not str or not item for item in value):
-        return "a list of non-empty strings"
-    return None
-
-
-def _nat_list(value: Any) -> str | None:
-    if type(value) is not list or any(type(item) is not int or item < 0 for item in value):
-        return "a list of non-negative integers"
-    return None
-
-
-COMMAND_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-"""A control command's id: 1-64 letters, digits, '.', '_' or '-', starting alphanumeric."""
-
-
-def _command_id(value: Any) -> str | None:
-    ok = type(value) is str and COMMAND_ID_RE.fullmatch(value)
-    return None if ok else "a command id (1-64 of A-Za-z0-9._-, starting alphanumeric)"
-
-
-def _opt_command_id(value: Any) -> str | None:
-    return None if value is None else _command_id(value)
-
-
-def _opt_hex64(value: Any) -> str | None:
-    return None if value is None else _hex64(value)
-
-
-def _task_state(value: Any) -> str | None:
-    return None if type(value) is str and value in _TASK_STATES else "a task state"
-
-
-def _object(value: Any) -> str | None:
-    # Free-form members are the only place a float could hide from the typed checks, and
-    # records carry integers only (decode_canonical leaves the float policy to this schema).
-    if type(value) is not dict:
-        return "an object"
-    try:
-        check_json_types(value, depth=3)  # record (1) -> body (2) -> this member (3)
-    except CanonicalEncodingError as exc:
-        return f"integer-only JSON ({exc})"
-    return None
-
-
-def _opt_object(value: Any) -> str | None:
-    return None if value is None else _object(value)
-
-
-def _time(value: Any) -> str | None:
-    ok = type(value) is str and TIME_RE.fullmatch(value)
-    return None if ok else "a time YYYY-MM-DDTHH:MM:SS.ffffffZ"
-
-
-def _commit(value: Any) -> str | None:
-    ok = type(value) is str and COMMIT_RE.fullmatch(value)
-    return None if ok else "a git object id (40 or 64 lowercase hex digits)"
-
-
-def _commit_list(value: Any) -> str | None:
-    if type(value) is not list or not value or any(_commit(item) for item in value):
-        return "a non-empty list of git object ids"
-    if value != sorted(set(value)):
-        return "a sorted list of distinct git object ids"
-    return None
-
-
-def _action_list(value: Any) -> str | None:
-    if type(value) is not list or any(
-        type(item) is not list or len(item) != 2 or any(_str(part) for part in item)
-        for item in value
-    ):
-        return "a list of [class, target] pairs of non-empty strings"
-    return None
-
-
-GIT_MODES: Final = ("100644", "100755", "120000", "160000")
-"""Git file modes a lineage record may carry: regular, executable, symlink, gitlink."""
-
-
-def _git_mode(value: Any) -> str | None:
-    return None if type(value) is str and value in GIT_MODES else "a git file mode"
-
-
-def _opt_git_mode(value: Any) -> str | None:
-    return None if value is None else _git_mode(value)
-
-
-BodySpec = Mapping[str, tuple[bool, Checker]]
-_TASK_STATES: Final = frozenset(state.value for state in TaskState)
-
-QUARANTINE_BODY: Final[BodySpec] = {
-    "offset": (True, _nat),
-    "length": (True, _nat),
-    "sha256": (True, _hex64),
-}
-"""``store.recovered``: a torn tail of this many bytes at this offset was moved aside."""
-
-BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
-    "lineage": {
-        "artifact.write": {
-            "path": (True, _str),
-            "sha256": (True, _hex64),
-            "mode": (True, _git_mode),
-            "parents": (True, _hex64_list),
-            "parent_mode": (True, _opt_git_mode),
-            "actor": (True, _str),
-            "task": (True, _str),
-            "step": (True, _nat),
-            "model": (True, _opt_str),
-        },
-        "artifact.delete": {
-            "path": (True, _str),
-            "parents": (True, _hex64_list),
-            "parent_mode": (True, _opt_git_mode),
-            "actor": (True, _str),
-            "task": (True, _str),
-            "step": (True, _nat),
-            "model": (True, _opt_str),
-        },
-        "store.recovered": QUARANTINE_BODY,
-    },
-    "audit": {
-        "run.start": {
-            "plan": (True, _str),
-            "plan_sha256": (True, _hex64),
-            "producer": (True, _str),
-            "harness_version": (True, _str),
-            "base_commit": (True, _commit),
-            "repository_roots": (True, _commit_list),
-            "capabilities": (True, _object),
-            "capsule": (True, _opt_object),
-            "sandbox": (True, _object),
-        },
-        "run.end": {"outcome": (True, _str)},
-        "event": {"name": (True, _str), "data": (True, _object)},
-        "task.planned": {
-            "task": (True, _str),
-            "role": (True, _str),
-            "priority": (True, _int),
-            "depends": (True, _str_list),
-            "adapter": (True, _str),
-            "tools": (True, _str_list),
-        },
-        "task.transition": {
-            "task": (True, _str),
-            "from": (True, _task_state),
-            "to": (True, _task_state),
-            "reason": (True, _str),
-        },
-        "task.refused": {
-            "task": (True, _str),
-            "from": (True, _task_state),
-            "to": (True, _task_state),
-            "reason": (True, _str),
-        },
-        "agent.spawn": {
-            "batch": (True, _str),
-            "tasks": (True, _str_list),
-            "adapter": (True, _str),
-            "branch": (True, _str),
-            "worktree": (True, _str),
-            "timeout_ms": (True, _nat),
-            "sandbox": (True, _object),
-            "env": (True, _str_list),
-            "supervisor": (True, _str),
-            "attempt": (True, _nat),
-            "idle_ms": (True, _opt_int),
-            "lifetime_ms": (True, _nat),
-            "grace_ms": (True, _nat),
-            "lock": (True, _str_list),
-            "budget": (True, _object),
-        },
-        "agent.started": {
-            "batch": (True, _str),
-            "pid": (True, _nat),
-            "pgid": (True, _nat),
-            "start_ticks": (True, _nat),
-            "boot_id": (True, _str),
-        },
-        "agent.exit": {
-            "batch": (True, _str),
-            "exit_code": (True, _opt_int),
-            "signal": (True, _opt_str),
-            "timed_out": (True, _bool),
-            "duration_ms": (True, _nat),
-            "anomaly": (True, _opt_str),
-            "usage": (True, _opt_object),
-        },
-        "orphan.reaped": {
-            "batch": (True, _str),
-            "pid": (True, _nat),
-            "pgid": (True, _nat),
-            "start_ticks": (True, _nat),
-            "boot_id": (True, _str),
-            "outcome": (True, _str),
-        },
-        "budget.exceeded": {
-            "batch": (True, _str),
-            "scope": (True, _str),
-            "name": (True, _str),
-            "resource": (True, _str),
-            "limit": (True, _nat),
-            "used": (True, _nat),
-            "decision": (True, _str),
-        },
-        "lock.acquire": {"batch": (True, _str), "globs": (True, _str_list)},
-        "lock.release": {"batch": (True, _str), "reason": (True, _str)},
-        "attempt.failed": {
-            "task": (True, _str),
-            "batch": (True, _str),
-            "attempt": (True, _nat),
-            "anomaly": (True, _str),
-            "reason": (True, _str),
-            "retry": (True, _bool),
-            "checkpoint": (True, _commit),
-            "feedback_sha256": (True, _opt_str),
-        },
-        "merge.fork": {
-            "task": (True, _str),
-            "batch": (True, _str),
-            "base": (True, _commit),
-            "ours": (True, _commit),
-            "theirs": (True, _commit),
-            "paths": (True, _str_list),
-        },
-        "gate.result": {
-            "task": (True, _str),
-            "gate": (True, _str),
-            "passed": (True, _bool),
-            "exit_code": (True, _opt_int),
-            "duration_ms": (True, _nat),
-        },
-        "merge.result": {
-            "task": (True, _str),
-            "branch": (True, _str),
-            "merged": (True, _bool),
-            "commit": (True, _opt_str),
-            "reason": (True, _str),
-        },
-        "capability.denied": {
-            "task": (True, _str),
-            "tools": (True, _str_list),
-            "tags": (True, _str_list),
-            "reason": (True, _str),
-            "sandbox": (True, _opt_object),
-        },
-        "capsule.approved": {
-            "capsule": (True, _hex64),
-            "goal": (True, _str),
-            "expires": (True, _str),
-        },
-        "capsule.check": {
-            "task": (True, _str),
-            "capsule": (True, _hex64),
-            "now": (True, _time),
-            "actions": (True, _action_list),
-            "conforms": (True, _bool),
-            "violations": (True, _str_list),
-        },
-        "gate.integrity": {
-            "batch": (True, _str),
-            "tasks": (True, _str_list),
-            "commit": (True, _commit),
-            "tree": (True, _commit),
-            "head": (True, _commit),
-            "head_tree": (True, _commit),
-            "clean_before": (True, _bool),
-            "clean_after": (True, _bool),
-            "intact": (True, _bool),
-            "reason": (True, _str),
-        },
-        "run.status": {
-            "status": (True, _str),
-            "epoch": (True, _nat),
-            "reason": (True, _str),
-            "command": (True, _opt_command_id),
-        },
-        "command.receipt": {
-            "id": (True, _command_id),
-            "command": (True, _str),
-            "control_seq": (True, _nat),
-            "outcome": (True, _str),
-            "reason": (True, _str),
-        },
-        "round.roles": {
-            "task": (True, _str),
-            "epoch": (True, _nat),
-            "max_rounds": (True, _nat),
-            "roles": (True, _object),
-        },
-        "round.plan": {
-            "task": (True, _str),
-            "round": (True, _nat),
-            "epoch": (True, _nat),
-            "text": (True, _hex64),
-            "next": (True, _opt_str),
-            "valid": (True, _bool),
-            "reason": (True, _str),
-            "cites": (True, _nat_list),
-            "exit_code": (True, _opt_int),
-        },
-        "round.step": {
-            "task": (True, _str),
-            "round": (True, _nat),
-            "epoch": (True, _nat),
-            "text": (True, _hex64),
-            "exit_code": (True, _opt_int),
-            "claims_success": (True, _bool),
-            "commit_before": (True, _commit),
-            "commit_after": (True, _commit),
-            "changed": (True, _bool),
-            "paths": (True, _str_list),
-        },
-        "round.audit": {
-            "task": (True, _str),
-            "round": (True, _nat),
-            "epoch": (True, _nat),
-            "text": (True, _hex64),
-            "repair": (True, _opt_hex64),
-            "exit_code": (True, _opt_int),
-            "tree_before": (True, _hex64),
-            "tree_after": (True, _hex64),
-            "header_valid": (True, _bool),
-            "status": (True, _str),
-            "integrity": (True, _str),
-            "contract": (True, _str),
-            "ghost": (True, _bool),
-            "effective": (True, _str),
-        },
-        "round.end": {
-            "task": (True, _str),
-            "round": (True, _nat),
-            "epoch": (True, _nat),
-            "outcome": (True, _str),
-            "failing": (True, _nat),
-            "checkpoint": (True, _commit),
-        },
-        "round.gate": {
-            "task": (True, _str),
-            "round": (True, _nat),
-            "epoch": (True, _nat),
-            "reason": (True, _str),
-            "question": (True, _opt_hex64),
-        },
-        "round.input": {
-            "task": (True, _str),
-            "round": (True, _nat),
-            "epoch": (True, _nat),
-            "command": (True, _command_id),
-            "kind": (True, _str),
-            "text": (True, _hex64),
-        },
-        "store.recovered": QUARANTINE_BODY,
-    },
-    "replay": {
-        "model.call": {
-            "key": (True, _hex64),
-            "adapter": (True, _str),
-            "model": (True, _str),
-            "request_sha256": (True, _hex64),
-            "response_sha256": (True, _hex64),
-        },
-        "store.recovered": QUARANTINE_BODY,
-    },
-    "control": {
-        "command": {
-            "operator": (True, _str),
-            "command": (True, _str),
-            "args": (True, _object),
-            "id": (True, _command_id),
-            "revision": (True, _nat),
-        },
-        "store.recovered": QUARANTINE_BODY,
-    },
-}
-"""Record kinds each store accepts, and the members of each kind's body. Unknown kinds fail."""
 
 
 def check_body(store: str, kind: str, body: Any) -> None:
