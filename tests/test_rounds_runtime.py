@@ -202,6 +202,28 @@ def _harness(*args: Any, cwd: Path, **kwargs: Any) -> subprocess.CompletedProces
     )  # fmt: skip
 
 
+def _start(repo: Path, plan: Path, *, own_group: bool = False) -> subprocess.Popen[str]:
+    """``harness run PLAN --run r1`` in the background (its own process group when asked,
+    so a test can kill the runtime and everything it started at once)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(plan), "--run", "r1"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=own_group,
+    )  # fmt: skip
+
+
+def _export_and_verify(repo: Path, out: Path) -> None:
+    """``harness export`` then the standalone ``harness-verify`` pinned to the signer: exit 0."""
+    exported = _harness("export", out, cwd=repo)
+    assert exported.returncode == 0, exported.stderr
+    key_id = exported.stdout.rsplit("signer key id ", 1)[1].strip()
+    check = subprocess.run(
+        [sys.executable, "-m", "harness.verify.cli", str(out), "--trusted-key", key_id],
+        capture_output=True, text=True, check=False, cwd=repo,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def _wait_for(path: Path, needle: str, proc: subprocess.Popen[str], seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -227,10 +249,7 @@ def _setup_cli(tmp_path: Path, *, max_rounds: int, ghost: bool) -> tuple[Path, P
 def test_three_failing_rounds_open_a_gate_an_approve_closes(tmp_path: Path) -> None:
     repo, plan = _setup_cli(tmp_path, max_rounds=4, ghost=True)
     audit = repo / ".harness" / "runs" / "r1" / "audit.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(plan), "--run", "r1"],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _start(repo, plan)
     try:
         _wait_for(audit, '"status":"waiting_approval"', proc)
         early = _harness("answer", "--run", "r1", "--text", "x", "--id", "a1", cwd=repo)
@@ -263,11 +282,7 @@ def test_three_failing_rounds_open_a_gate_an_approve_closes(tmp_path: Path) -> N
 def test_a_run_killed_mid_round_continues_with_epoch_one(tmp_path: Path) -> None:
     repo, plan = _setup_cli(tmp_path, max_rounds=5, ghost=False)
     audit = repo / ".harness" / "runs" / "r1" / "audit.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(plan), "--run", "r1"],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = _start(repo, plan, own_group=True)
     try:
         _wait_for(audit, '"kind":"round.end"', proc)
         _wait_for(audit, '"round":2', proc)  # round 2 has begun: kill mid-round
@@ -289,16 +304,7 @@ def test_a_run_killed_mid_round_continues_with_epoch_one(tmp_path: Path) -> None
     resume_receipt = next(r for r in _kinds(records, "command.receipt") if r["command"] == "resume")
     assert resume_receipt["outcome"] == "applied"
     out = tmp_path / "bundle.tar"
-    exported = _harness("export", out, cwd=repo)
-    assert exported.returncode == 0, exported.stderr
-    key_id = exported.stdout.rsplit("signer key id ", 1)[1].strip()
-    verified = _harness("--help", cwd=repo)  # the CLI still loads
-    assert verified.returncode == 0
-    check = subprocess.run(
-        [sys.executable, "-m", "harness.verify.cli", str(out), "--trusted-key", key_id],
-        capture_output=True, text=True, check=False, cwd=repo,
-    )  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
+    _export_and_verify(repo, out)
 
 
 def test_a_finished_run_cannot_continue_and_commands_to_it_are_refused(tmp_path: Path) -> None:
@@ -318,10 +324,7 @@ def test_a_swapped_control_file_stops_the_run_without_hanging(tmp_path: Path, ki
     repo, plan = _setup_cli(tmp_path, max_rounds=3, ghost=True)
     folder = repo / ".harness" / "runs" / "r1"
     audit = folder / "audit.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(plan), "--run", "r1"],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _start(repo, plan)
     try:
         _wait_for(audit, '"kind":"round.plan"', proc)
         control = folder / "control.jsonl"
@@ -425,11 +428,7 @@ def test_an_operator_path_through_a_link_still_reaches_the_bus(tmp_path: Path) -
 def test_a_crash_resume_without_continue_ends_incomplete_and_verifies(tmp_path: Path) -> None:
     repo, plan = _setup_cli(tmp_path, max_rounds=5, ghost=False)
     audit = repo / ".harness" / "runs" / "r1" / "audit.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "run", str(plan), "--run", "r1"],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = _start(repo, plan, own_group=True)
     try:
         _wait_for(audit, '"kind":"round.end"', proc)
         os.killpg(proc.pid, signal.SIGKILL)
@@ -443,10 +442,4 @@ def test_a_crash_resume_without_continue_ends_incomplete_and_verifies(tmp_path: 
     statuses = [(b["status"], b["epoch"]) for b in _kinds(records, "run.status")]
     assert statuses[-1] == ("incomplete", 0) and ("starting", 1) not in statuses
     out = tmp_path / "bundle.tar"
-    exported = _harness("export", out, cwd=repo)
-    key_id = exported.stdout.rsplit("signer key id ", 1)[1].strip()
-    check = subprocess.run(
-        [sys.executable, "-m", "harness.verify.cli", str(out), "--trusted-key", key_id],
-        capture_output=True, text=True, check=False, cwd=repo,
-    )  # fmt: skip
-    assert check.returncode == 0, check.stdout + check.stderr
+    _export_and_verify(repo, out)
