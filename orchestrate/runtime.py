@@ -102,8 +102,6 @@ class Runtime(RunCore):
         except BusError as exc:
             # The control bus is unsafe (a link, a FIFO, a hard link) or tampered (MAC): no
             # command can be trusted, so the run stops and ends failed, recorded without it.
-            for job in window:
-                job.kill("stop")
             self._drain(window, stop=True)
             finish(self, stopped=False, outcome=f"aborted: control bus: {exc}", bus=False)
             self.recorder.checkpoint_all()

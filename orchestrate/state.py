@@ -287,7 +287,6 @@ def request_command(
     id (an exact replay returns the existing record), refused for an unknown run (UsageError),
     for a different payload under a known id, or once the run has ended (StateError)."""
     state = state_dir(repo)
-    check_run_id(run_id)
     require_runs(state, [run_id])
     _, operator_keys = load_run_keys(repo, keys)
     try:
@@ -307,10 +306,6 @@ def request_command(
         raise UsageError(str(exc)) from None
     except (CommandConflict, RunEnded, ControlLogError) as exc:
         raise StateError(str(exc)) from None
-
-
-def request_stop(repo: Path, run_id: str, operator: str, keys: Path | None = None) -> int:
-    return request_command(repo, run_id, "stop", {}, operator, keys).seq
 
 
 def last_status(state: Path, run_id: str) -> tuple[str | None, bool]:

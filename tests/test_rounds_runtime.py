@@ -443,3 +443,30 @@ def test_a_crash_resume_without_continue_ends_incomplete_and_verifies(tmp_path: 
     assert statuses[-1] == ("incomplete", 0) and ("starting", 1) not in statuses
     out = tmp_path / "bundle.tar"
     _export_and_verify(repo, out)
+
+
+@pytest.mark.parametrize("damage", ["stray", "altered", "link", "fifo"])
+def test_the_exporter_refuses_a_damaged_rounds_folder(tmp_path: Path, damage: str) -> None:
+    from harness.receipts.bundle import ExportError, export_bundle
+
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = _keys(tmp_path)
+    _runtime(repo, _plan(_rounds_task("t", steps=1)), keys).run()
+    rounds = repo / ".harness" / "runs" / "r1" / "rounds"
+    first = sorted(rounds.iterdir())[0]
+    if damage == "stray":
+        (rounds / "notes.txt").write_text("x")
+    elif damage == "altered":
+        first.write_text("not what the records bind")
+    elif damage == "link":
+        data = first.read_bytes()
+        first.unlink()
+        (tmp_path / "elsewhere").write_bytes(data)
+        first.symlink_to(tmp_path / "elsewhere")
+    else:
+        first.unlink()
+        os.mkfifo(first)
+    wanted = "its bytes do not hash" if damage == "altered" else "rounds/"
+    with pytest.raises(ExportError, match=wanted):
+        export_bundle(repo / ".harness", tmp_path / "b.tar", keys)

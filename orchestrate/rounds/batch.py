@@ -17,12 +17,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from harness.verify.rules.scope import in_scope
+from harness.verify.records import parse_record_line
 
 from .. import git
 from ..adapters.base import AgentOutput
-from ..gates import GateRun
-from ..model import Gate, ProcResult
+from ..model import ProcResult
+from ..runner.job import worktree_state
 from ..supervise import Outcome
 from .job import RoundLoop, RoundsState
 from .rebuild import rebuild_state
@@ -37,10 +37,16 @@ def is_rounds_batch(run: RunCore, task_ids: tuple[str, ...]) -> bool:
 
 
 def prior_state(run: RunCore, task: str) -> RoundsState:
-    """The task's rounds so far (empty on a first start)."""
-    from ..runner.resume import audit_objects
-
-    return rebuild_state(run.folder, task, audit_objects(run.state_dir, run.run_id))
+    """The task's rounds so far (empty on a first start), from the audit store read strictly
+    (a decision is taken on it: never the best-effort reader of ``harness status``)."""
+    path = run.folder / "audit.jsonl"
+    lines = path.read_bytes().splitlines() if path.exists() else []
+    records = []
+    for line in lines:
+        record = parse_record_line(line, "audit", run.run_id)
+        if record.kind.startswith("round."):
+            records.append({"kind": record.kind, "body": record.body})
+    return rebuild_state(run.folder, task, records)
 
 
 def run_rounds_batch(run: RunCore, job: BatchJob, state: RoundsState) -> None:
@@ -72,28 +78,11 @@ def run_rounds_batch(run: RunCore, job: BatchJob, state: RoundsState) -> None:
         job.suspend = ended.outcome
     elif ended.outcome == "violation":
         job.violation = ended.reason
-    git.commit_all(job.worktree, f"{job.batch.id}: rounds", date=run.git_date)
-    tip = git.head(job.worktree)
-    job.head = tip if tip != start_commit else None
-    job.changes = git.changed_files(run.repo, start_commit, tip) if job.head else []
-    task = job.tasks[0]
-    job.scope_problems = [
-        f"{change.path} is outside the scope of every task in the batch"
-        for change in job.changes
-        if not in_scope(change.path, task.scope)
-    ]
+    job.collect_changes(start_commit, f"{job.batch.id}: rounds")
     if done and not job.scope_problems:
-        _run_gates(job)
+        job.start_gates()
+        assert job.gates is not None
+        while not job.gates.step(0.25):
+            pass
+        job.after = worktree_state(job.worktree)
     job.done = True
-
-
-def _run_gates(job: BatchJob) -> None:
-    from ..runner.job import worktree_state
-
-    job.before = worktree_state(job.worktree)
-    gates: list[Gate] = list(job.tasks[0].gates)
-    job.gate_tasks = [job.tasks[0].id for _ in gates]
-    job.gates = GateRun(gates, job.worktree, job.run.sandbox, job.dirs.gate_home)
-    while not job.gates.step(0.25):
-        pass
-    job.after = worktree_state(job.worktree)

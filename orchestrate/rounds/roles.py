@@ -32,6 +32,7 @@ from ..adapters.roles import role_policy, uncovered
 from ..model import ModelCall
 from ..sandbox.policy import adapter_env_names, adapter_stdin, argv_files, batch_network
 from ..supervise import Limits, Supervised
+from ..supervise.limits import MAX_LIFETIME_S
 
 if TYPE_CHECKING:
     from ..runner.job import BatchJob
@@ -133,8 +134,8 @@ def run_role(
             role=SANDBOX_ROLE[role],  # type: ignore[arg-type]
         )
     task = job.tasks[0]
-    limits = Limits(wall_s=task.timeout_s, lifetime_s=min(1800.0, float(run.plan.lifetime_s)),
-                    grace_s=run.grace_s)  # fmt: skip
+    lifetime_s = min(MAX_LIFETIME_S, float(run.plan.lifetime_s))
+    limits = Limits(wall_s=task.timeout_s, lifetime_s=lifetime_s, grace_s=run.grace_s)
     scripted = adapter_of(job, role)[0] == "scripted"
     proc = Supervised.start(
         run.sandbox.argv(profile, argv),

@@ -100,8 +100,6 @@ class RunCore:
         """Indexed snapshot for the scheduler, kept in step with ``states`` by ``set_state``."""
         self.batch_number = 1
         self.step = 0
-        self.control_seen = 0
-        """Bytes of the control store already read (``Runtime._stop_requested``)."""
         self.stop_seen = False
         self.epoch = 0
         """The run's resume epoch: 0 at the first start, +1 per continue (``resume``)."""

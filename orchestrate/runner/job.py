@@ -41,13 +41,14 @@ from ..sandbox import BatchDirs
 from ..sandbox.policy import adapter_env_names, adapter_stdin, argv_files, batch_network
 from ..scripted_agent import write_scripted_workfile
 from ..supervise import Limits, Outcome, Supervised
+from ..supervise.limits import MAX_LIFETIME_S
 from . import budgets
 from .agents import start_agent
 from .core import RunCore
 
 S = TaskState
 
-LIFETIME_CAP_S = 1800.0
+LIFETIME_CAP_S = MAX_LIFETIME_S
 """No agent runs longer than this, whatever its task says (issue 11 §4)."""
 
 
@@ -255,12 +256,7 @@ class BatchJob:
             if not self.agent_ok() or self.scope_problems:
                 self.done = True
                 return
-            self.before = worktree_state(self.worktree)
-            gates: list[Gate] = []
-            for task in self.tasks:
-                gates.extend(task.gates)
-                self.gate_tasks.extend(task.id for _ in task.gates)
-            self.gates = GateRun(gates, self.worktree, self.run.sandbox, self.dirs.gate_home)
+            self.start_gates()
             wait_s = 0.0
         assert self.gates is not None
         if self.gates.step(wait_s):
@@ -268,20 +264,32 @@ class BatchJob:
             self.done = True
 
     def _collect(self) -> None:
-        """After the agent: parse its output, commit the worktree, diff it against the base,
-        and check the scope (pure: the job's own data)."""
+        """After the agent: parse its output, then commit, diff and check the scope."""
         assert self.outcome is not None and self.adapter is not None and self.request is not None
         self.output = self.adapter.parse(self.request, self.outcome.result)
-        message = f"{self.batch.id}: {', '.join(t.id for t in self.tasks)}"
+        self.collect_changes(self.base, f"{self.batch.id}: {', '.join(t.id for t in self.tasks)}")
+
+    def collect_changes(self, start: str, message: str) -> None:
+        """Commit the worktree, diff it against ``start`` (the commit the batch's work began
+        from) and check the scope (pure: the job's own data)."""
         git.commit_all(self.worktree, message, date=self.run.git_date)
         tip = git.head(self.worktree)  # also covers commits the agent made itself
-        self.head = tip if tip != self.base else None
-        self.changes = git.changed_files(self.run.repo, self.base, self.head) if self.head else []
+        self.head = tip if tip != start else None
+        self.changes = git.changed_files(self.run.repo, start, self.head) if self.head else []
         self.scope_problems = [
             f"{change.path} is outside the scope of every task in the batch"
             for change in self.changes
             if not any(in_scope(change.path, t.scope) for t in self.tasks)
         ]
+
+    def start_gates(self) -> None:
+        """Take the worktree's state and start the tasks' gates on it (non-blocking)."""
+        self.before = worktree_state(self.worktree)
+        gates: list[Gate] = []
+        for task in self.tasks:
+            gates.extend(task.gates)
+            self.gate_tasks.extend(task.id for _ in task.gates)
+        self.gates = GateRun(gates, self.worktree, self.run.sandbox, self.dirs.gate_home)
 
     def agent_ok(self) -> bool:
         """The agent succeeded: its adapter says so, exit 0, no supervisor verdict."""
