@@ -8,7 +8,9 @@ use them, and they cover edges the bundle tests leave out.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -685,3 +687,52 @@ def test_round_texts_are_the_runs_digest_members_only() -> None:
     assert round_texts(RUN, None) == {}
     assert round_text_digest(RUN, round_text_member(RUN, digest)) == digest
     assert round_text_digest(RUN, f"runs/{RUN}/rounds/{digest}") is None
+
+
+# ---- a run folder on disk -----------------------------------------------------------------------
+def test_run_folder_round_texts_are_read_like_bundle_members(tmp_path: Path) -> None:
+    """``folder_round_texts``: the texts of ``<run folder>/rounds`` by member name; a link, a
+    FIFO (never opened, so nothing hangs) or a name that is no digest is refused."""
+    import os
+
+    from harness.verify.roundcheck import RoundError, folder_round_texts
+
+    assert folder_round_texts(tmp_path, RUN) == {}
+    rounds = tmp_path / "rounds"
+    rounds.mkdir()
+    data = b"Next: cli\n"
+    digest = hashlib.sha256(data).hexdigest()
+    (rounds / f"{digest}.txt").write_bytes(data)
+    assert folder_round_texts(tmp_path, RUN) == {round_text_member(RUN, digest): data}
+    for make, words in (
+        (lambda p: p.symlink_to(rounds / f"{digest}.txt"), "not a regular file"),
+        (lambda p: os.mkfifo(p), "not a regular file"),
+    ):
+        bad = rounds / f"{'e' * 64}.txt"
+        make(bad)
+        with pytest.raises(RoundError, match=words):
+            folder_round_texts(tmp_path, RUN)
+        bad.unlink()
+    (rounds / "notes.txt").write_bytes(b"x")
+    with pytest.raises(RoundError, match="not a round text"):
+        folder_round_texts(tmp_path, RUN)
+
+
+def test_run_folder_round_texts_are_capped_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.verify import roundcheck
+
+    rounds = tmp_path / "rounds"
+    rounds.mkdir()
+    for data in (b"a" * 6, b"b" * 6):
+        (rounds / f"{hashlib.sha256(data).hexdigest()}.txt").write_bytes(data)
+    monkeypatch.setattr(roundcheck, "ROUND_TEXTS_MAX_BYTES", 12)
+    assert len(roundcheck.folder_round_texts(tmp_path, RUN)) == 2
+    monkeypatch.setattr(roundcheck, "ROUND_TEXTS_MAX_BYTES", 11)
+    with pytest.raises(roundcheck.RoundError, match="over their size limits"):
+        roundcheck.folder_round_texts(tmp_path, RUN)
+    monkeypatch.setattr(roundcheck, "ROUND_TEXTS_MAX_BYTES", 12)
+    monkeypatch.setattr(roundcheck, "ROUND_TEXT_MAX_BYTES", 5)
+    with pytest.raises(roundcheck.RoundError, match="over their size limits"):
+        roundcheck.folder_round_texts(tmp_path, RUN)

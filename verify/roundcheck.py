@@ -34,13 +34,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
 from .errors import VerificationError
 from .layout import (
+    ROUND_TEXT_MAX_BYTES,
+    ROUND_TEXTS_MAX_BYTES,
     round_text_digest,
     round_text_member,
 )
@@ -535,6 +540,30 @@ def round_texts(run: str, members: Mapping[str, bytes] | None) -> dict[str, byte
         digest = round_text_digest(run, name)
         if digest is not None:
             texts[digest] = data
+    return texts
+
+
+def folder_round_texts(run_folder: Path, run_id: str) -> dict[str, bytes]:
+    """The round texts of a run folder (``<run folder>/rounds/<sha256>.txt``) by member name,
+    for checking a run on disk as its bundle would be checked. Within the bundle's limits;
+    a file that is not a regular file (a link, a FIFO: never opened) or not named
+    ``<64 hex>.txt`` is refused, as the bundle check refuses such a member."""
+    folder = run_folder / "rounds"
+    if not folder.is_dir():
+        return {}
+    texts: dict[str, bytes] = {}
+    total = 0
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        name = round_text_member(run_id, entry.name[: -len(".txt")])
+        mode = entry.stat(follow_symlinks=False)
+        if not entry.name.endswith(".txt") or round_text_digest(run_id, name) is None:
+            raise RoundError(f"{entry.path}: not a round text (<sha256>.txt)")
+        if not stat.S_ISREG(mode.st_mode):
+            raise RoundError(f"{entry.path}: not a regular file")
+        total += mode.st_size
+        if mode.st_size > ROUND_TEXT_MAX_BYTES or total > ROUND_TEXTS_MAX_BYTES:
+            raise RoundError(f"{entry.path}: round texts over their size limits")
+        texts[name] = Path(entry.path).read_bytes()
     return texts
 
 
