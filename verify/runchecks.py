@@ -61,6 +61,7 @@ def run_checks(
     from .commandcheck import command_check
     from .lifecyclecheck import lifecycle_check
     from .lockcheck import lock_check
+    from .reviewcheck import review_check
     from .roundcheck import round_check
     from .supervisecheck import supervision_check
 
@@ -72,5 +73,6 @@ def run_checks(
         command_check,
         lifecycle_check,
         lambda run, plan: round_check(run, plan, members),
+        review_check,
     ]
     return [make(run, plan) for make in makers]

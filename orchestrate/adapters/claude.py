@@ -32,10 +32,25 @@ whatever the permission mode (``--tools`` replaces the built-in set); the sub-ag
 ``Agent`` since 2.1.63 (``Task`` before; anthropics/claude-code#29677), both denied;
 ``--strict-mcp-config --mcp-config '{"mcpServers":{}}'`` loads no MCP server (``mcp__*``
 deny patterns are not honoured reliably: anthropics/claude-code#13077).
+
+Action review (docs/spec/review.md, issue 13 §5): with ``review_hook`` set (the runtime sets
+it for a batch it serves a review socket for), ``--settings`` adds a ``PreToolUse`` hook for
+every tool (matcher ``*``) that runs the harness's hook client, per the hooks reference
+(https://code.claude.com/docs/en/hooks): the hook reads the call as JSON on stdin and answers
+``hookSpecificOutput.permissionDecision`` allow/deny with exit 0; exit 2 blocks; any other
+failure of the hook — including being killed at its ``timeout`` — lets the tool run, so the
+hook's time-out is set beyond the client's own wait (the client always answers first).
+``--settings`` outranks the project's and the user's settings files, so a repository's
+``.claude/settings.json`` cannot switch the hook off (``disableAllHooks`` is set false here
+too). Settings merge: the hook is added to whatever hooks the user configured. The
+``--settings`` pair is not part of the recorded model-call flags (it holds host paths and the
+hook's time-out, not model behaviour).
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -83,8 +98,16 @@ class ClaudeAdapter:
         "ANTHROPIC_BASE_URL",
         "CLAUDE_CODE_OAUTH_TOKEN",
     )
+    review_hook: tuple[str, ...] = ()
+    """The hook command (argv) for every tool call; empty: no review hook."""
+    review_timeout_s: int = 0
+    """Claude Code's time-out for that hook, in seconds."""
 
     def flags(self, request: AgentRequest) -> list[str]:
+        return self.model_flags(request) + self.review_flags()
+
+    def model_flags(self, request: AgentRequest) -> list[str]:
+        """The flags that select the agent's behaviour (recorded with its model call)."""
         flags = ["-p", "--output-format", self.output_format]
         if self.output_format == "stream-json":
             flags.append("--verbose")
@@ -92,6 +115,16 @@ class ClaudeAdapter:
         if request.model:
             flags += ["--model", request.model]
         return flags + self.policy_flags(request)
+
+    def review_flags(self) -> list[str]:
+        """``--settings`` with the PreToolUse review hook (none without ``review_hook``)."""
+        if not self.review_hook:
+            return []
+        hook = {"type": "command", "command": shlex.join(self.review_hook),
+                "timeout": self.review_timeout_s}  # fmt: skip
+        settings = {"disableAllHooks": False,
+                    "hooks": {"PreToolUse": [{"matcher": "*", "hooks": [hook]}]}}  # fmt: skip
+        return ["--settings", json.dumps(settings, sort_keys=True, separators=(",", ":"))]
 
     def policy_flags(self, request: AgentRequest) -> list[str]:
         """``--disallowedTools`` with every tool of the denied classes; MCP off entirely.
@@ -152,7 +185,7 @@ class ClaudeAdapter:
         if exit_problem:
             return failed(exit_problem, result)
         model = _model(messages, final, request.model)
-        call = cli_call(self.name, request, text, model, self.flags(request))
+        call = cli_call(self.name, request, text, model, self.model_flags(request))
         return AgentOutput(ok=True, summary=text, model_calls=(call,))
 
 

@@ -9,6 +9,8 @@ written BEFORE any effect of it (an effect is a record whose ``command`` member 
 * ``abort``: applied; like stop, and the run ends ``failed``;
 * ``approve`` / ``answer``: applied when a round gate of that kind is open (its effect is the
   gate's ``run.status running`` and ``round.input``), else rejected ("no open gate");
+* ``approve`` with ``args.review`` (``<batch>/<n>``): applied when that action review waits
+  for an approval (its effect: the review's ``action.review.approval``), else rejected;
 * ``instruct``: applied when ``args.task`` names a rounds task that has not ended (its effect,
   ``round.input``, comes when the Manager's next prompt is built), else rejected;
 * ``resume``: applied only while a continue reads the bus before the loop starts
@@ -91,6 +93,11 @@ class CommandDesk:
                 run.set_status("stopping", "operator stop", command=command.id)
             else:  # an abort ends the run failed, straight from where it is
                 self.abort_command = command.id
+        elif name == "approve" and "review" in command.args:
+            from ..review.desk import ReviewDesk  # an action review waiting for approval
+
+            outcome, reason = ReviewDesk.of(run).approve(command.id, command.args["review"])
+            self.receipt(command, outcome, reason)
         elif name in ("approve", "answer"):
             gate = run.open_gate
             if gate is None or gate[2] != name:

@@ -23,6 +23,7 @@ from ..capabilities import CapabilityMatrix, Denial
 from ..capsule import capsule_digest
 from ..model import Plan, TaskSpec
 from ..replay import Journal
+from ..review.desk import review_tick
 from ..sandbox import Sandbox, Settings, default_work_root
 from ..scheduler import TaskTable
 
@@ -156,6 +157,7 @@ class RunCore:
         """Answer new operator commands; True once a stop or an abort was applied."""
         if not self.stop_seen and self.desk.poll():
             self.stop_seen = True
+        review_tick(self)  # hooks waiting on the action review gate (after the receipts)
         return self.stop_seen
 
     @property

@@ -37,6 +37,8 @@ from ..capabilities import check_task
 from ..capsule import pre_spawn_violations
 from ..gates import GateRun
 from ..model import Batch, Gate, TaskSpec
+from ..review.desk import ReviewDesk, close_batch, waiters
+from ..review.wire import wire_review
 from ..sandbox import BatchDirs
 from ..sandbox.policy import adapter_env_names, adapter_stdin, argv_files, batch_network
 from ..scripted_agent import write_scripted_workfile
@@ -120,6 +122,7 @@ class BatchJob:
         adapter = (
             CommandAdapter.from_spec(spec) if spec is not None else get_adapter(self.batch.adapter)
         )
+        adapter, review = wire_review(run, self, adapter)  # the action review gate (§23)
         self.adapter = adapter
         scratch = self.dirs.io
         self.task_attempts = {task.id: run.attempts.get(task.id, 0) + 1 for task in self.tasks}
@@ -154,6 +157,7 @@ class BatchJob:
                 if run.journal is not None and self.batch.adapter == "scripted"
                 else None
             ),
+            review=review,
         )
         if _denied_at_spawn(run, self.batch, self.tasks, profile.to_json()):
             self.cleanup()
@@ -168,6 +172,7 @@ class BatchJob:
         self.stdin = adapter_stdin(adapter, request)
         self.sandboxed = profile.kind == "bwrap"
         run.audit("lock.acquire", {"batch": self.batch.id, "globs": self.lock})
+        ReviewDesk.of(run).hold(self.batch.id, self)  # the lock registry reviews decide by
         run.audit(
             "agent.spawn",
             {
@@ -227,7 +232,8 @@ class BatchJob:
             return self.gates.processes()
         # A local process or a remote handle: both give wait_any what it sleeps on
         # (watch/wake_at/done), so the loop never spins while only remote agents run.
-        return [self.proc] if self.proc is not None and not self.proc.done else []
+        running = [self.proc] if self.proc is not None and not self.proc.done else []
+        return running + waiters(self.run, self.batch.id) if running else running
 
     def step(self, wait_s: float = 0.0) -> bool:
         """Advance as far as possible without blocking (longer than ``wait_s``); True once
@@ -252,6 +258,7 @@ class BatchJob:
             if outcome is None:
                 return
             self.outcome = outcome
+            close_batch(self.run, self.batch.id)  # reviews still waiting: denied, recorded
             self._collect()
             if not self.agent_ok() or self.scope_problems:
                 self.done = True
@@ -319,6 +326,7 @@ class BatchJob:
         """Remove the worktree and the batch folder; the branch stays (it holds the
         committed work, merged or not: unmerged work is never deleted)."""
         run = self.run
+        close_batch(run, self.batch.id)
         with contextlib.suppress(git.GitError):
             if self.output is None and self.worktree.exists():  # never collected: keep it
                 git.commit_all(self.worktree, f"{self.batch.id}: salvage", date=run.git_date)

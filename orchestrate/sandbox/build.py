@@ -101,6 +101,8 @@ class Bind:
     source: Path
     writable: bool
     purpose: str
+    dest: str | None = None
+    """Where the process sees it (None: at ``source``); the review socket's fixed path."""
 
 
 def support_for(settings: Settings) -> Support:
@@ -257,8 +259,8 @@ def build_profile(
     mounts += [Mount(path, "ro-bind", path, "executable") for path in extra]
     for bind in binds:
         source = _real(bind.source)
-        mounts.append(Mount(str(bind.source), "bind" if bind.writable else "ro-bind", source,
-                            bind.purpose))  # fmt: skip
+        mounts.append(Mount(bind.dest or str(bind.source), "bind" if bind.writable else "ro-bind",
+                            source, bind.purpose))  # fmt: skip
     if home_writable:
         mounts.append(Mount(str(home), "bind", _real(home), "home"))
     else:

@@ -120,16 +120,29 @@ class Sandbox:
         adapter_env: Sequence[str] = (),
         journal_dir: Path | None = None,
         files: Sequence[str] = (),
+        review: tuple[Path, Mapping[str, str]] | None = None,
     ) -> tuple[Profile, dict[str, str]]:
-        """Profile and environment of a batch's agent: worktree, io and home read-write."""
+        """Profile and environment of a batch's agent: worktree, io and home read-write.
+
+        ``review``: the batch's review socket and the variables its hook needs; the socket is
+        bound read-only at ``SANDBOX_SOCKET`` (a short, fixed path) and the socket variable
+        names that path, or the host path where there is no sandbox (docs/spec/review.md)."""
         binds = [Bind(dirs.tree, True, "worktree"), Bind(dirs.io, True, "io")]
         if self.git_dir is not None:
             binds.append(Bind(self.git_dir, False, "git"))
         if journal_dir is not None:
             journal_dir.mkdir(parents=True, exist_ok=True)
             binds.append(Bind(journal_dir, True, "journal"))
+        fixed: dict[str, str] = {}
+        if review is not None:
+            from ..review.protocol import ENV_SOCKET, SANDBOX_SOCKET
+
+            socket_path, variables = review
+            fixed.update(variables)
+            fixed[ENV_SOCKET] = SANDBOX_SOCKET if self.available else str(socket_path)
+            binds.append(Bind(socket_path, False, "review", dest=SANDBOX_SOCKET))
         extra = list(adapter_env) if network else []
-        env = sandbox_env(self.host_env, home=dirs.home, extra_names=extra)
+        env = sandbox_env(self.host_env, home=dirs.home, extra_names=extra, fixed=fixed)
         profile = build_profile(
             role="agent", support=self.support, settings=self.settings, workdir=dirs.tree,
             binds=binds, home=dirs.home, home_writable=True, network=network,

@@ -512,8 +512,10 @@ def abandon(
 
 
 from harness.cli_control import register  # noqa: E402  (the operator commands)
+from harness.cli_hook import register as register_hook  # noqa: E402  (agent CLI hooks)
 
 register(app)
+register_hook(app)
 
 
 def main() -> None:

@@ -94,14 +94,24 @@ def abort(
 def approve(
     run_id: RunOpt,
     text: Annotated[str, typer.Option(help="a note for the Manager (optional)")] = "",
+    review: Annotated[
+        str | None,
+        typer.Option(help="an action review waiting for approval: <batch>/<n>, e.g. b0001/3"),
+    ] = None,
     repo: RepoOpt = Path(),
     operator: OperatorOpt = "operator",
     keys_dir: KeysOpt = None,
     command_id: IdOpt = None,
     revision: RevisionOpt = None,
 ) -> None:
-    """Approve a round gate opened by failing rounds: the rounds go on, the streak reset."""
-    args = {"text": text} if text else {}
+    """Approve a round gate opened by failing rounds (the rounds go on, the streak reset), or
+    with --review an agent's irreversible action waiting for approval (it then runs)."""
+    args: dict[str, Any] = {"text": text} if text else {}
+    if review is not None:
+        batch, _, number = review.partition("/")
+        if not batch or not number.isdigit() or int(number) < 1 or text:
+            raise _usage("--review takes <batch>/<n> (n from 1), and no --text")
+        args = {"review": review}
     _issue(repo, run_id, "approve", args, operator, keys_dir, command_id, revision)
 
 
