@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.verify.fsm import TaskState
 from harness.verify.rules.budget import Limits
+from harness.verify.rules.controller import Params
 
 NO_BUDGET = Limits()
 """No limit on any resource (the default budget of a task, a role and the run)."""
@@ -94,6 +96,12 @@ class TaskSpec:
     """Idle limit in seconds for this task's agents (1..1800); ``None``: the plan's."""
     rounds: RoundsSpec | None = None
     """Set: the task runs as audited rounds (issue 12) instead of one agent run."""
+    requirements: tuple[str, ...] = ()
+    """Requirement ids this task covers (the ``coverage`` sensor; docs/spec/control.md)."""
+    strategy_edits: Mapping[str, tuple[Edit, ...]] = field(default_factory=dict)
+    """For the scripted adapter: the edits it makes instead of ``edits`` when its agent's
+    prompt template is the key (``focused``, ``stepwise``): a stand-in for an agent that
+    does better once the I layer changed its strategy."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,9 @@ class Plan:
     role_budgets: Mapping[str, Limits] = field(default_factory=dict)
     """Per role (``[plan.budget.role.<role>]``), sorted by role: every batch of that role is
     charged to it once."""
+    control: Mapping[str, Any] = field(default_factory=lambda: Params().record())
+    """``[plan.control]`` with every default filled in (``harness.verify.rules.controller``:
+    bucket threshold, CUSUM, aggregation, rate window, phase bounds)."""
 
     def attempts_for(self, task: TaskSpec) -> int:
         """The attempt limit that applies to ``task`` (its own, else the plan's)."""

@@ -102,6 +102,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from harness.verify.rules.configchain import TEMPLATES
+from harness.verify.rules.controller import Params, parse_params
 from harness.verify.rules.scope import check_rel_path, check_time, in_scope
 
 from .model import NO_BUDGET, CapsuleSpec, CommandSpec, Edit, Gate, Plan, TaskSpec
@@ -243,6 +245,9 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
             )
         seen_paths[edit.path] = i
 
+    requirements = _unique_strs(table.get("requirements", []), sub("requirements"), _name)
+    strategy_edits = _strategy_edits(table.get("strategy_edits"), sub("strategy_edits"), scope)
+
     rounds = None
     if "rounds" in table:
         rounds = parse_rounds(
@@ -271,7 +276,38 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
         max_attempts=max_attempts,
         idle_s=idle_s,
         rounds=rounds,
+        requirements=requirements,
+        strategy_edits=strategy_edits,
     )
+
+
+def _strategy_edits(value: object, key: str, scope: tuple[str, ...]) -> dict[str, tuple[Edit, ...]]:
+    """``strategy_edits = { focused = [...], stepwise = [...] }``: per prompt template other
+    than ``default``, the scripted agent's edits under it."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PlanError(key, f"must be a table, got {_kind(value)}")
+    out: dict[str, tuple[Edit, ...]] = {}
+    for name, items in value.items():
+        at = _join(key, str(name))
+        if name not in TEMPLATES or name == TEMPLATES[0]:
+            raise PlanError(
+                at, f"not a prompt template after the default: {', '.join(TEMPLATES[1:])}"
+            )
+        out[str(name)] = tuple(
+            _parse_edit(item, f"{at}[{i}]", scope) for i, item in enumerate(_list(items, at))
+        )
+    return dict(sorted(out.items()))
+
+
+def _parse_control(value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PlanError("plan.control", f"must be a table, got {_kind(value)}")
+    params = parse_params(dict(value))
+    if isinstance(params, str):
+        raise PlanError("plan.control", params)
+    return params.record()
 
 
 def _parse_capsule(value: object) -> CapsuleSpec:
@@ -404,6 +440,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         if "role" in head["budget"]:
             role_budgets = _role_budgets(head["budget"]["role"], "plan.budget.role")
 
+    control = _parse_control(head["control"]) if "control" in head else Params().record()
     capsule = _parse_capsule(root["capsule"]) if "capsule" in root else None
     commands = _parse_commands(root["adapter"]) if "adapter" in root else {}
 
@@ -454,6 +491,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         seal_every_s=seal_every_s,
         budget=run_budget,
         role_budgets=role_budgets,
+        control=control,
     )
 
 

@@ -50,6 +50,7 @@ _PLAN_KEYS: Final = (
     "seal_every_records",
     "seal_every_s",
     "budget",
+    "control",
 )
 _BUDGET_KEYS: Final = ("wall_s", "tokens", "cost_usd")
 _RUN_BUDGET_KEYS: Final = (*_BUDGET_KEYS, "role")
@@ -81,6 +82,8 @@ _TASK_KEYS: Final = (
     "max_attempts",
     "idle_s",
     "rounds",
+    "requirements",
+    "strategy_edits",
 )
 _ROUNDS_KEYS: Final = (
     "max_rounds",

@@ -92,9 +92,18 @@ class RunRecorder:
             raise ValueError("respace: this recorder does not seal by record count")
         self._seal_records = seal_every_records
 
+    def respace_time(self, seal_every_s: float) -> None:
+        """Change the time bound while the run goes on (the phase's checkpoint spacing)."""
+        _threshold("seal_every_s", seal_every_s, integer=False)
+        self._seal_s = seal_every_s
+
     @property
     def seal_every_records(self) -> int | None:
         return self._seal_records
+
+    @property
+    def seal_every_s(self) -> float | None:
+        return self._seal_s
 
     def _note_signer(self) -> NoteSigner:
         if self._signer is None:

@@ -156,6 +156,7 @@ class Evidence:
             "grace_ms": 2000,
             "lock": ["src/**"],
             "budget": {"wall_ms": None, "tokens": None, "cost_micros": None},
+            "config": 1,
         }
         return self.add(
             move(task, "planned", "open"),

@@ -56,6 +56,24 @@ def _checkers() -> dict[Any, dict[str, Any]]:
             "type": "array",
             "items": {"type": "array", "items": STRING, "minItems": 2, "maxItems": 2},
         },
+        r._opt_nat: {
+            "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 0, "maximum": SAFE}]
+        },
+        r._reading_list: {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": sorted(r.READING_MEMBERS),
+                "properties": {
+                    "sensor": STRING,
+                    "tier": {"enum": [1, 2]},
+                    "value": {"type": "integer", "minimum": -SAFE, "maximum": SAFE},
+                    "anomaly": {"type": "boolean"},
+                    "trigger": {"oneOf": [{"type": "null"}, STRING]},
+                },
+            },
+        },
     }
 
 

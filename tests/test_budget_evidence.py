@@ -63,6 +63,7 @@ def _spawn(batch: str, task: str, role: str, budget: Body | None = None) -> tupl
         "grace_ms": 2000,
         "lock": ["**"],
         "budget": budget or NO_LIMIT,
+        "config": 1,
     }
     return ("audit", "agent.spawn", body)
 

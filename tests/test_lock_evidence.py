@@ -98,6 +98,7 @@ def _spawn(batch: str) -> Row:
         "grace_ms": 2000,
         "lock": LOCKS[batch],
         "budget": NO_LIMIT,
+        "config": 1,
     }
     return ("audit", "agent.spawn", body)
 

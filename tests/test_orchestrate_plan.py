@@ -237,7 +237,7 @@ def _chain(*steps: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]
 LONG_ID = "a" * 65
 PLAN_KEYS = (
     "name, max_batch, settle_ticks, concurrency, max_in_flight, max_attempts, idle_s, "
-    "lifetime_s, seal_every_records, seal_every_s, budget)"
+    "lifetime_s, seal_every_records, seal_every_s, budget, control)"
 )
 # (case id, mutation, exact error message, whether the JSON Schema can see the problem)
 CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
@@ -264,7 +264,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
         "unknown-task",
         _set("task.0.promt", "x"),
         "task[0].promt: unknown key (allowed: id, role, prompt, priority, adapter, scope, "
-        "depends, tools, timeout_s, model, gates, edits, budget, max_attempts, idle_s, rounds)",
+        "depends, tools, timeout_s, model, gates, edits, budget, max_attempts, idle_s, rounds, requirements, strategy_edits)",
         True,
     ),
     (

@@ -121,6 +121,7 @@ def lawful() -> Records:
         "grace_ms": 2000,
         "lock": ["src/**"],
         "budget": {"wall_ms": None, "tokens": None, "cost_micros": None},
+        "config": 1,
     }
     integrity = {
         "batch": "b0001",

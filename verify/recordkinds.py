@@ -150,6 +150,36 @@ def _opt_git_mode(value: Any) -> str | None:
     return None if value is None else _git_mode(value)
 
 
+READING_MEMBERS: Final = frozenset({"sensor", "tier", "value", "anomaly", "trigger"})
+"""The members of one sensor reading (``control.sensor.readings``), exactly."""
+
+
+def _reading_list(value: Any) -> str | None:
+    what = (
+        "a list of readings {sensor, tier (1 or 2), value (integer), anomaly (bool), "
+        "trigger (string or null)}"
+    )
+    if type(value) is not list:
+        return what
+    for item in value:
+        if type(item) is not dict or set(item) != READING_MEMBERS:
+            return what
+        if (
+            _str(item["sensor"])
+            or type(item["tier"]) is not int
+            or item["tier"] not in (1, 2)
+            or type(item["value"]) is not int
+            or _bool(item["anomaly"])
+            or _opt_str(item["trigger"])
+        ):
+            return what
+    return None
+
+
+def _opt_nat(value: Any) -> str | None:
+    return None if value is None else _nat(value)
+
+
 BodySpec = Mapping[str, tuple[bool, Checker]]
 _TASK_STATES: Final = frozenset(state.value for state in TaskState)
 
@@ -234,6 +264,7 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "grace_ms": (True, _nat),
             "lock": (True, _str_list),
             "budget": (True, _object),
+            "config": (True, _nat),
         },
         "agent.started": {
             "batch": (True, _str),
@@ -414,6 +445,57 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "command": (True, _command_id),
             "kind": (True, _str),
             "text": (True, _hex64),
+        },
+        "control.phase": {
+            "phase": (True, _str),
+            "progress_pm": (True, _nat),
+            "step": (True, _nat),
+            "reason": (True, _str),
+        },
+        "control.sensor": {
+            "step": (True, _nat),
+            "task": (True, _str),
+            "agent": (True, _str),
+            "subtree": (True, _str),
+            "attempt": (True, _nat),
+            "phase": (True, _str),
+            "class": (True, _opt_str),
+            "readings": (True, _reading_list),
+        },
+        "control.decision": {
+            "step": (True, _nat),
+            "layer": (True, _str),
+            "rule": (True, _str),
+            "key": (True, _str),
+            "level": (True, _int),
+            "threshold": (True, _int),
+            "class": (True, _opt_str),
+            "action": (True, _str),
+            "config": (True, _opt_nat),
+        },
+        "config.version": {
+            "version": (True, _nat),
+            "parent": (True, _opt_hex64),
+            "sha256": (True, _hex64),
+            "document": (True, _object),
+            "change": (True, _str),
+            "channel": (True, _str),
+            "step": (True, _opt_nat),
+            "impact": (True, _str_list),
+            "snapshot": (True, _commit),
+        },
+        "action.review": {
+            "task": (True, _str),
+            "batch": (True, _str),
+            "review": (True, _nat),
+            "tool": (True, _str),
+            "input_sha256": (True, _hex64),
+            "target": (True, _str),
+            "class": (True, _str),
+            "phase": (True, _str),
+            "decision": (True, _str),
+            "reason": (True, _str),
+            "approval": (True, _opt_command_id),
         },
         "store.recovered": QUARANTINE_BODY,
     },

@@ -28,6 +28,7 @@ from .recordkinds import (
     GIT_MODES,
     HEX64_RE,
     QUARANTINE_BODY,
+    READING_MEMBERS,
     TIME_RE,
     BodySpec,
     Checker,
@@ -47,8 +48,10 @@ from .recordkinds import (
     _opt_git_mode,
     _opt_hex64,
     _opt_int,
+    _opt_nat,
     _opt_object,
     _opt_str,
+    _reading_list,
     _str,
     _str_list,
     _task_state,
@@ -66,6 +69,7 @@ __all__ = [
     "MAC_HEX_LEN",
     "MAX_LINE_BYTES",
     "QUARANTINE_BODY",
+    "READING_MEMBERS",
     "RECORD_VERSION",
     "RUN_ID_RE",
     "STORES",
@@ -210,6 +214,8 @@ _PATTERNS: Final[dict[Checker, bytes]] = {
     _commit: rb'"(?:[0-9a-f]{40}|[0-9a-f]{64})"',
     _commit_list: rb"\[.*?\]",
     _action_list: rb"\[.*?\]",
+    _reading_list: rb"\[.*?\]",
+    _opt_nat: rb"(?:null|0|[1-9][0-9]*)",
 }
 
 
@@ -244,7 +250,7 @@ def _line_pattern(store: str, run: str) -> re.Pattern[bytes]:
     )
 
 
-_WALKED: Final = frozenset({_object, _opt_object, _commit_list, _action_list})
+_WALKED: Final = frozenset({_object, _opt_object, _commit_list, _action_list, _reading_list})
 """Checkers whose fast-path pattern is loose: kinds using them also get ``check_body``."""
 _FREE_FORM_KINDS: Final = {
     store: frozenset(

@@ -17,10 +17,12 @@ from typing import Any
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.run import RunRecorder, run_dir
 from harness.verify.fsm import TaskState, is_legal
+from harness.verify.rules.phases import SETTLED
 
 from ..budgeting import RunBudget
 from ..capabilities import CapabilityMatrix, Denial
 from ..capsule import capsule_digest
+from ..control import RunControl
 from ..model import Plan, TaskSpec
 from ..replay import Journal
 from ..review.desk import review_tick
@@ -111,6 +113,10 @@ class RunCore:
         self.open_gate: tuple[str, int, str] | None = None
         """(task, round, the command that closes it) while a round gate waits."""
         self._desk: Any = None
+        self.control = RunControl(self)
+        """The control layers (sensors, I/D layers, phases, configuration versions)."""
+        self.control_begun = False
+        """True once configuration version 1 is recorded (or read back on resume)."""
         self._pending: list[tuple[str, Mapping[str, Any]]] = []
         self.merged: list[str] = []
         self.prechecked: set[str] = set()
@@ -118,6 +124,8 @@ class RunCore:
         self.attempts: dict[str, int] = {}
         """Per task, the number of the attempt last spawned (rebuilt from ``agent.spawn`` on
         resume)."""
+        self.last_failure: dict[str, tuple[int, str]] = {}
+        """Per task, (attempt, anomaly class) of its latest failed attempt (the step's class)."""
         self.feedback: dict[str, str] = {}
         """Per task, what failed in its last attempt: carried into the next attempt's prompt."""
         self.budget: RunBudget | None = None
@@ -195,6 +203,8 @@ class RunCore:
             {"task": task, "from": current.value, "to": target.value, "reason": reason},
         )
         self.set_state(task, target)
+        if self.control_begun and target.value in SETTLED:
+            self.control.settled()
         return True
 
     def set_state(self, task: str, state: TaskState) -> None:

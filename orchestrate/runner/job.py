@@ -89,6 +89,8 @@ class BatchJob:
         self.meter: Any = None
         """The usage meter fed with the agent's output (None: its adapter reports none)."""
         self.budget_breach: Mapping[str, Any] | None = None
+        self.usage_record: Mapping[str, Any] | None = None
+        """``agent.exit.usage`` once retired (the pace sensors read its tokens)."""
         """The ``budget.exceeded`` body when the supervisor killed the agent for its budget."""
         self.start_commit: str | None = None
         """Where the worktree starts (None: HEAD): a continued rounds task's checkpoint."""
@@ -191,6 +193,7 @@ class BatchJob:
                 "grace_ms": int(run.grace_s * 1000),
                 "lock": self.lock,
                 "budget": budgets.budget_of(run, self.tasks),
+                "config": run.control.version,
             },
         )
         for task in self.tasks:

@@ -30,6 +30,7 @@ from harness.verify.fsm import TaskState
 from harness.verify.records import parse_record_line
 
 from .. import git
+from ..control.facts import JobFacts
 from ..sandbox import BatchDirs
 from ..supervise import ProcIdentity, reap_orphan
 from .core import RunCore
@@ -54,6 +55,9 @@ def resume(run: RunCore) -> bool:
     for line in path.read_bytes().splitlines():
         record = parse_record_line(line, "audit", run.run_id)
         body = record.body
+        run.control.replay(record.kind, body)
+        if record.kind == "config.version":
+            run.control_begun = True
         if record.kind == "run.status":
             if int(body["epoch"]) != run.epoch:
                 run.attempts.clear()  # attempt limits count within one epoch
@@ -140,6 +144,7 @@ def _crashed_attempt(run: RunCore, task: str, batch: str) -> None:
     reason = "resumed after a runtime crash during its batch"
     attempt = run.attempts.get(task, 1)
     record_failed_attempt(run, run.specs[task], batch, attempt, "crash", reason, reason)
+    run.control.step(run.specs[task], attempt, "crash", JobFacts())
 
 
 def _load_feedback(run: RunCore, task: str, attempt: int) -> None:

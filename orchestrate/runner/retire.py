@@ -28,6 +28,7 @@ from harness.verify.rules.scope import in_scope
 
 from .. import git
 from ..capsule import conformance
+from ..control.facts import JobFacts
 from ..gates import GateResult
 from ..model import TaskSpec
 from ..replay import call_key, text_sha256
@@ -52,9 +53,39 @@ def retire(run: RunCore, job: BatchJob) -> None:
         _retire(run, job)
     finally:
         _release(run, job, "retired")
+        _steps(run, job)
         run.flush()
         job.cleanup()
         _respace(run, succeeded=len(run.merged) > merged_before)
+
+
+def _steps(run: RunCore, job: BatchJob) -> None:
+    """One controller step per task whose attempt this retirement ended: landed (None), failed
+    (its anomaly class) or a suspended rounds task (``incomplete``/``blocked``)."""
+    facts = JobFacts(
+        duration_ms=job.outcome.result.duration_ms if job.outcome is not None else 0,
+        usage=job.usage_record,
+        gates=[
+            (task, gate.name, gate.passed)
+            for task, gate in zip(job.gate_tasks, job.gates.results, strict=False)
+        ]
+        if job.gates is not None
+        else (),
+        paths=[change.path for change in job.changes],
+        calls=[call.request for call in job.output.model_calls] if job.output else (),
+    )
+    for task in job.tasks:
+        attempt = run.attempts.get(task.id, job.attempt)
+        state = run.states[task.id]
+        if state is S.DONE:
+            cls: str | None = None
+        elif task.id in run.suspended and state is S.BLOCKED:
+            cls = run.suspended[task.id]
+        elif run.last_failure.get(task.id, (0, ""))[0] == attempt:
+            cls = run.last_failure[task.id][1]
+        else:
+            continue
+        run.control.step(task, attempt, cls, facts)
 
 
 def _respace(run: RunCore, *, succeeded: bool) -> None:
@@ -75,6 +106,7 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     assert outcome is not None and job.output is not None
     result = outcome.result
     usage = budgets.usage_of(run, job)
+    job.usage_record = usage
     exit_anomaly = attempt_rule.supervisor_class(outcome.anomaly)
     if job.budget_breach is None:
         # An agent can pass a budget between two live checks (or finish just past its wall
@@ -304,6 +336,7 @@ def record_failed_attempt(
     work every retry restarts from. Shared by retirement and by resume (a crashed batch)."""
     checkpoint = git.head(run.repo)
     retry = attempt_rule.decide(anomaly, attempt, run.plan.attempts_for(task))
+    run.last_failure[task.id] = (attempt, anomaly)
     run.audit(
         "attempt.failed",
         {

@@ -49,6 +49,8 @@ def start(run: RunCore) -> None:
             },
         )
         run.set_state(task.id, S.PLANNED)
+    run.control.begin()
+    run.control_begun = True
 
 
 def run_start_body(run: RunCore) -> dict[str, Any]:

@@ -103,6 +103,11 @@ def _tags_of(matrix: MatrixLike, ref: str, *, adapter: bool) -> frozenset[str]:
     return ALL_RISKS if found is None else frozenset(str(tag) for tag in found)
 
 
+def tool_tags(matrix: MatrixLike, tool: str) -> frozenset[str]:
+    """The risk tags of one tool (or ``mcp:<server>``); unknown ones carry all three."""
+    return _tags_of(matrix, tool, adapter=False)
+
+
 def guarantees(sandbox: Mapping[str, Any] | None) -> frozenset[str]:
     """The risks a sandbox profile physically rules out for the process inside it."""
     if sandbox is None:

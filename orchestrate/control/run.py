@@ -1,0 +1,179 @@
+"""One run's controller: the pure state machine of ``harness.verify.rules.controller`` fed
+from retirement, and everything it decides recorded before it takes effect.
+
+* At the run's start: configuration version 1 (``config.version``) and the phase the run
+  starts in (``control.phase``).
+* At every retired attempt of a task (a *step*), after its ``attempt.failed`` or
+  ``merge.result``: one ``control.sensor`` with its readings, then each ``control.decision``
+  the step provokes, then each ``config.version`` a decision produced — queued together, so
+  the group commit at the end of retirement makes them durable before the next spawn loads
+  the new version (``agent.spawn.config``): a strategy change reaches an agent at its next
+  restart, which is how the P layer propagates policy.
+* Whenever a task settles (done, failed, cancelled, denied) and progress moves the run into
+  another phase: ``control.phase``, and the phase's checkpoint spacing bounds sealing.
+
+A resumed run folds its audit records through the same machine (``replay``), so the state
+after a crash is the state the records prove.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.verify.rules import configchain, phases, trifecta
+from harness.verify.rules.controller import (
+    Controller,
+    Observed,
+    Params,
+    Step,
+    parse_params,
+    step_of,
+    subtree_of,
+)
+
+from .. import git
+from .facts import History, JobFacts, measures, remember, tier1
+
+if TYPE_CHECKING:
+    from ..model import TaskSpec
+    from ..runner.core import RunCore
+
+
+class RunControl:
+    """The controller of one run and the records it writes."""
+
+    def __init__(self, run: RunCore) -> None:
+        self.run = run
+        params = parse_params(run.plan.control)
+        assert isinstance(params, Params)  # the plan parser checked it
+        tasks: dict[str, list[tuple[str, Sequence[str]]]] = {}
+        for task in run.plan.tasks:
+            tasks.setdefault(task.role, []).append((task.adapter, list(task.tools)))
+        self.machine = Controller(params, tasks, risky=self._risky, denied=self._denied)
+        self.history = History()
+        self.requirements = sorted({r for task in run.plan.tasks for r in task.requirements})
+
+    # -- rule inputs ---------------------------------------------------------------------
+
+    def _risky(self, tool: str) -> bool:
+        return bool(trifecta.tool_tags(self.run.capabilities, tool))
+
+    def _denied(self, adapter: str, tools: Sequence[str]) -> bool:
+        return trifecta.decide(self.run.capabilities, adapter, tools, self.run.run_profile).denied
+
+    # -- what agents load ----------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self.machine.version
+
+    @property
+    def phase(self) -> str:
+        return self.machine.phase
+
+    def entry(self, role: str) -> dict[str, Any]:
+        """The configuration entry of an agent (role) in force now."""
+        return configchain.entry(self.machine.document, role)
+
+    def tools_for(self, task: TaskSpec) -> list[str]:
+        """A task's tools under its agent's entry (minus ``drop``, plus ``add``)."""
+        return configchain.effective_tools(task.tools, self.entry(task.role))
+
+    # -- records -------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Version 1 and the starting phase, right after the run's first records."""
+        self.run.audit("config.version", self.machine.initial().record(git.head(self.run.repo)))
+        self.machine.settle(self._progress())
+        self._phase("run start")
+        self._spacing()
+
+    def settled(self) -> None:
+        """A task settled: record the phase progress moves the run into, if any."""
+        if self.machine.settle(self._progress()) is not None:
+            self._phase("progress")
+            self._spacing()
+
+    def step(self, task: TaskSpec, attempt: int, cls: str | None, facts: JobFacts) -> Observed:
+        """One retired attempt: its readings, the decisions they provoke, new versions."""
+        agent = task.role
+        step = Step(
+            task=task.id,
+            agent=agent,
+            subtree=subtree_of(task.scope),
+            attempt=attempt,
+            cls=cls,
+            tier1=tier1(
+                cls=cls, attempt=attempt, task=task.id, facts=facts, coverage=self._coverage()
+            ),
+            measures=measures(agent, facts, self.history),
+        )
+        remember(agent, facts, cls is None, self.history)
+        phase = self.machine.phase
+        observed = self.machine.observe(step)
+        self.run.audit(
+            "control.sensor",
+            {
+                "step": observed.step,
+                "task": step.task,
+                "agent": agent,
+                "subtree": step.subtree,
+                "attempt": attempt,
+                "phase": phase,
+                "class": cls,
+                "readings": [reading.record() for reading in observed.readings],
+            },
+        )
+        for decision in observed.decisions:
+            self.run.audit("control.decision", decision.record())
+        if observed.versions:
+            snapshot = git.head(self.run.repo)
+            for version in observed.versions:
+                self.run.audit("config.version", version.record(snapshot))
+        return observed
+
+    def replay(self, kind: str, body: Mapping[str, Any]) -> None:
+        """Fold one audit record of a run being resumed (in store order)."""
+        if kind == "control.sensor":
+            step, readings = step_of(body)
+            self.machine.observe(step, readings)
+        elif kind == "control.phase":
+            self.machine.phase = str(body["phase"])
+            self.machine.progress = int(body["progress_pm"])
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _phase(self, reason: str) -> None:
+        self.run.audit(
+            "control.phase",
+            {
+                "phase": self.machine.phase,
+                "progress_pm": self.machine.progress,
+                "step": self.machine.steps,
+                "reason": reason,
+            },
+        )
+
+    def _spacing(self) -> None:
+        """Seal at least as often as the phase's checkpoint spacing (or the plan's, if
+        shorter)."""
+        minutes = phases.PROFILES[self.machine.phase].checkpoint_min
+        self.run.recorder.respace_time(min(self.run.plan.seal_every_s, minutes * 60))
+
+    def _progress(self) -> int:
+        states = self.run.states
+        settled = sum(1 for state in states.values() if state.value in phases.SETTLED)
+        return phases.progress_pm(settled, len(self.run.plan.tasks))
+
+    def _coverage(self) -> int | None:
+        if not self.requirements:
+            return None
+        states = self.run.states
+        covered = {
+            r
+            for task in self.run.plan.tasks
+            if states.get(task.id) is not None and states[task.id].value == "done"
+            for r in task.requirements
+        }
+        return len(covered) * 1000 // len(self.requirements)

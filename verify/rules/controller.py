@@ -1,0 +1,556 @@
+"""The controller above the P layer, as one pure state machine: sensors in, decisions out.
+
+The runtime feeds it every step (one retired attempt of one task) and records what it
+returns; the verifier feeds it the recorded steps and demands the same readings, decisions
+and configuration versions (DESIGN §9). Everything is integers: the bucket in tenths
+(``bucket``), progress and CUSUM parameters in per-mille; its clock is the step count.
+
+Per step, in this order (each decision names its step, layer, rule and key):
+
+1. **Readings** (``readings``): tier 1 as given; tier 2 as ``sensors.activate`` turns them on
+   at the phase's sensor level; every reading flagged by ``sensors.anomalous``. The step is
+   anomalous when its attempt failed (``cls``) or a tier-2 reading is flagged.
+2. **I layer, per agent** (key ``agent:<role>``) then **per subtree** (``subtree:<path>``):
+   the step joins the key's window; when the bucket over the last K (the phase's window)
+   crosses M, a decision: for an agent the toolbox strategy (``strategy.choose``), for a
+   subtree a topology change (``split``) within bounds, else ``escalate``. The key's window
+   then starts empty. A subtree whose window holds the anomalies of one agent only makes no
+   decision (that agent's bucket answers it) and starts empty too.
+3. **I layer, across agents** (``run``): when the step's class is in the windows of at least
+   ``aggregate_agents`` agents, it is a template/toolchain signal (``aggregate_strategy``)
+   applied to all of them at once; re-armed once fewer agents show it.
+4. **D layer, trends** (``agent:<role>:<sensor>``): CUSUM on ``pace_ms`` and ``pace_tokens``;
+   an alarm with the agent's bucket at least half full takes a strategy early (before the I
+   counter overflows), otherwise it is a ``warn`` for the operator.
+5. **D layer, firing rate** (``run``): every ``rate_window`` steps, the P firings (failed
+   steps) and I decisions of the window; at least 3 and more than twice the previous
+   window's is acceleration: ``escalate``.
+
+A strategy that is a config switch produces the next configuration version
+(``configchain``): fast channel for a contraction, slow (checked for consistency) otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from . import bucket, configchain, cusum, phases, sensors, strategy
+
+MAX_RATE_WINDOW: Final = 1000
+MAX_AGGREGATE: Final = 1000
+RATE_MINIMUM: Final = 3
+
+
+@dataclass(frozen=True)
+class Params:
+    threshold: int = bucket.DEFAULT_THRESHOLD
+    cusum: cusum.CusumParams = field(default_factory=cusum.CusumParams)
+    aggregate_agents: int = 3
+    rate_window: int = 10
+    bounds: tuple[int, int, int] = phases.DEFAULT_BOUNDS
+
+    def record(self) -> dict[str, Any]:
+        """The plan document's ``[plan.control]`` table for these parameters."""
+        return {
+            "threshold": self.threshold,
+            "cusum_warmup": self.cusum.warmup,
+            "cusum_k_pm": self.cusum.k_pm,
+            "cusum_h_pm": self.cusum.h_pm,
+            "aggregate_agents": self.aggregate_agents,
+            "rate_window": self.rate_window,
+            "phase_bounds": list(self.bounds),
+        }
+
+
+PARAM_RANGES: Final = {
+    "threshold": (1, bucket.MAX_THRESHOLD),
+    "cusum_warmup": (1, cusum.MAX_WARMUP),
+    "cusum_k_pm": (0, cusum.MAX_PM),
+    "cusum_h_pm": (1, cusum.MAX_PM),
+    "aggregate_agents": (2, MAX_AGGREGATE),
+    "rate_window": (2, MAX_RATE_WINDOW),
+}
+
+
+def parse_params(table: Mapping[str, Any] | None) -> Params | str:
+    """``[plan.control]`` as parameters, or the reason it is not a valid table."""
+    if table is None:
+        return Params()
+    known = set(PARAM_RANGES) | {"phase_bounds"}
+    for name in table:
+        if name not in known:
+            return f"unknown member {name!r} (known: {', '.join(sorted(known))})"
+    values: dict[str, int] = {}
+    default = Params().record()
+    for name, (low, high) in PARAM_RANGES.items():
+        value = table.get(name, default[name])
+        if type(value) is not int or not low <= value <= high:
+            return f"{name}: an integer between {low} and {high}"
+        values[name] = value
+    bounds = table.get("phase_bounds", default["phase_bounds"])
+    problem = phases.bounds_error(bounds) if type(bounds) is list else "a list of three integers"
+    if problem is not None:
+        return f"phase_bounds: {problem}"
+    return Params(
+        threshold=values["threshold"],
+        cusum=cusum.CusumParams(values["cusum_warmup"], values["cusum_k_pm"], values["cusum_h_pm"]),
+        aggregate_agents=values["aggregate_agents"],
+        rate_window=values["rate_window"],
+        bounds=(bounds[0], bounds[1], bounds[2]),
+    )
+
+
+def subtree_of(scope: Sequence[str]) -> str:
+    """A task's subtree: the first segment of its first scope glob, when that segment has no
+    wildcard; else the repository root ``.``."""
+    if not scope:
+        return "."
+    head = scope[0].split("/", 1)[0]
+    return "." if any(ch in head for ch in "*?[") else head
+
+
+@dataclass(frozen=True)
+class Reading:
+    sensor: str
+    tier: int
+    value: int
+    anomaly: bool
+    trigger: str | None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "sensor": self.sensor,
+            "tier": self.tier,
+            "value": self.value,
+            "anomaly": self.anomaly,
+            "trigger": self.trigger,
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """The facts of one step: tier-1 values, and the values tier-2 sensors would read
+    (``pace_tokens`` present only where usage is known)."""
+
+    task: str
+    agent: str
+    subtree: str
+    attempt: int
+    cls: str | None
+    tier1: Mapping[str, int]
+    measures: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Decision:
+    step: int
+    layer: str
+    rule: str
+    key: str
+    level: int
+    threshold: int
+    cls: str | None
+    action: str
+    config: int | None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "layer": self.layer,
+            "rule": self.rule,
+            "key": self.key,
+            "level": self.level,
+            "threshold": self.threshold,
+            "class": self.cls,
+            "action": self.action,
+            "config": self.config,
+        }
+
+
+@dataclass(frozen=True)
+class Version:
+    version: int
+    parent: str | None
+    sha256: str
+    document: Mapping[str, Any]
+    change: str
+    channel: str
+    step: int | None
+    impact: tuple[str, ...]
+
+    def record(self, snapshot: str) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "parent": self.parent,
+            "sha256": self.sha256,
+            "document": dict(self.document),
+            "change": self.change,
+            "channel": self.channel,
+            "step": self.step,
+            "impact": list(self.impact),
+            "snapshot": snapshot,
+        }
+
+
+@dataclass(frozen=True)
+class Observed:
+    step: int
+    readings: tuple[Reading, ...]
+    decisions: tuple[Decision, ...]
+    versions: tuple[Version, ...]
+
+
+@dataclass
+class _Agent:
+    tried: list[str] = field(default_factory=list)
+    switches: int = 0
+    topology: int = 0
+    last_pace: int | None = None
+
+
+Tasks = Mapping[str, Sequence[tuple[str, Sequence[str]]]]
+"""Per agent (role): its tasks' (adapter, tools)."""
+
+
+class Controller:
+    """The I and D layers' state for one run, advanced one step at a time."""
+
+    def __init__(
+        self,
+        params: Params,
+        tasks: Tasks,
+        *,
+        risky: Callable[[str], bool],
+        denied: Callable[[str, Sequence[str]], bool],
+    ) -> None:
+        self.params = params
+        self.tasks = tasks
+        self.risky = risky
+        self.denied = denied
+        self.steps = 0
+        self.progress = 0
+        self.phase = phases.phase_for(0, params.bounds)
+        self.document: dict[str, Any] = configchain.initial_document()
+        self.sha256 = configchain.document_sha256(self.document)
+        self.version = 1
+        self.windows: dict[str, list[tuple[bool, str | None, str]]] = {}
+        """Per key, its steps since its last decision: (anomalous, class, agent)."""
+        self.trends: dict[str, cusum.CusumState] = {}
+        self.agents: dict[str, _Agent] = {}
+        self.last_topology: int | None = None
+        self.fires = 0
+        self.previous_fires = 0
+        self.aggregated: set[str] = set()
+        self.made: list[Version] = []
+        """Every version after the first, in order."""
+
+    @property
+    def profile(self) -> phases.Profile:
+        return phases.PROFILES[self.phase]
+
+    def initial(self) -> Version:
+        """Configuration version 1, recorded at the run's start."""
+        return Version(1, None, self.sha256, dict(self.document), "initial", "initial", None, ())
+
+    def settle(self, progress: int) -> str | None:
+        """New progress (per-mille of settled tasks): the phase it enters, or None."""
+        self.progress = progress
+        phase = phases.phase_for(progress, self.params.bounds)
+        if phase == self.phase:
+            return None
+        self.phase = phase
+        return phase
+
+    def _agent(self, name: str) -> _Agent:
+        return self.agents.setdefault(name, _Agent())
+
+    def _level(self, key: str) -> int:
+        window = self.windows.get(key, [])[-self.profile.window :]
+        return bucket.level(anomalous for anomalous, _, _ in window)
+
+    def readings(self, step: Step) -> tuple[Reading, ...]:
+        """The step's readings at the current phase: tier 1, then the tier-2 sensors the
+        activation rule turns on, each flagged."""
+        out = [
+            Reading(name, 1, step.tier1[name], sensors.anomalous(name, step.tier1[name]), None)
+            for name in sensors.TIER1
+            if name in step.tier1
+        ]
+        measures = step.measures
+        pace = measures.get("pace_ms", 0)
+        jumped = sensors.pace_jump(self._agent(step.agent).last_pace, pace)
+        active = sensors.activate(
+            self.profile.sensor_level,
+            failed=step.cls is not None,
+            jumped=jumped,
+            modules=measures.get("modules", 0),
+            shared=measures.get("contract", 0),
+            tokens_known="pace_tokens" in measures,
+        )
+        for name in sensors.TIER2:
+            if name in active:
+                value = measures.get(name, 0)
+                out.append(Reading(name, 2, value, sensors.anomalous(name, value), active[name]))
+        return tuple(out)
+
+    def observe(self, step: Step, readings: Sequence[Reading] | None = None) -> Observed:
+        """Advance by one step; ``readings`` as recorded (the verifier) or None (computed)."""
+        taken = tuple(self.readings(step) if readings is None else readings)
+        self.steps += 1
+        number = self.steps
+        anomalous = step.cls is not None or any(r.anomaly for r in taken if r.tier == 2)
+        decisions: list[Decision] = []
+        versions: list[Version] = []
+        if step.cls is not None:
+            self.fires += 1
+        self._buckets(step, number, anomalous, decisions, versions)
+        self._aggregate(step, number, decisions, versions)
+        self._trends(step, number, taken, decisions, versions)
+        self._rate(number, decisions)
+        for reading in taken:
+            if reading.sensor == "pace_ms":
+                self._agent(step.agent).last_pace = reading.value
+        return Observed(number, taken, tuple(decisions), tuple(versions))
+
+    def _buckets(
+        self,
+        step: Step,
+        number: int,
+        anomalous: bool,
+        decisions: list[Decision],
+        versions: list[Version],
+    ) -> None:
+        threshold = self.params.threshold
+        for key in (f"agent:{step.agent}", f"subtree:{step.subtree}"):
+            before = self._level(key)
+            window = self.windows.setdefault(key, [])
+            window.append((anomalous, step.cls, step.agent))
+            del window[: -phases.MAX_WINDOW]
+            after = self._level(key)
+            if not bucket.crossed(before, after, threshold):
+                continue
+            if key.startswith("agent:"):
+                action, version = self._switch(step, number, step.cls)
+            else:
+                recent = window[-self.profile.window :]
+                if len({agent for bad, _, agent in recent if bad}) < 2:
+                    # One agent's trouble: its own bucket answers it.
+                    self.windows[key] = []
+                    continue
+                action, version = self._split(step, number), None
+            self.windows[key] = []
+            decisions.append(
+                Decision(number, "I", "bucket", key, after, threshold, step.cls, action, version)
+            )
+            if version is not None:
+                versions.append(self.made[-1])
+            self.fires += 1
+
+    def _aggregate(
+        self, step: Step, number: int, decisions: list[Decision], versions: list[Version]
+    ) -> None:
+        window = self.profile.window
+        showing: dict[str, list[str]] = {}
+        for key, entries in self.windows.items():
+            if key.startswith("agent:"):
+                for seen in {c for _, c, _ in entries[-window:] if c is not None}:
+                    showing.setdefault(seen, []).append(key[len("agent:") :])
+        need = self.params.aggregate_agents
+        self.aggregated = {c for c in self.aggregated if len(showing.get(c, ())) >= need}
+        cls = step.cls
+        if cls is None or cls in self.aggregated or len(showing.get(cls, ())) < need:
+            return
+        self.aggregated.add(cls)
+        agents = sorted(showing[cls])
+        chosen = strategy.aggregate_strategy(cls)
+        document = self.document
+        applied: list[str] = []
+        for agent in agents:
+            state = self._agent(agent)
+            if state.switches >= self.profile.config_switches:
+                continue
+            new = self._candidate(document, agent, chosen)
+            if new is not None:
+                document = new
+                applied.append(agent)
+        version = None
+        if applied:
+            for agent in applied:
+                state = self._agent(agent)
+                state.switches += 1
+                if chosen not in state.tried:
+                    state.tried.append(chosen)
+            version = self._advance(document, number)
+            versions.append(self.made[-1])
+        decisions.append(
+            Decision(
+                number,
+                "I",
+                "aggregate",
+                "run",
+                len(agents),
+                need,
+                cls,
+                chosen if applied else strategy.ESCALATE,
+                version,
+            )
+        )
+        self.fires += 1
+
+    def _trends(
+        self,
+        step: Step,
+        number: int,
+        taken: Sequence[Reading],
+        decisions: list[Decision],
+        versions: list[Version],
+    ) -> None:
+        for reading in taken:
+            if reading.sensor not in sensors.PACE:
+                continue
+            key = f"agent:{step.agent}:{reading.sensor}"
+            result = cusum.update(
+                self.params.cusum, self.trends.get(key, cusum.CusumState()), reading.value
+            )
+            self.trends[key] = result.state
+            if not result.alarm:
+                continue
+            agent_key = f"agent:{step.agent}"
+            version = None
+            if 2 * self._level(agent_key) >= self.params.threshold:
+                latest = next(
+                    (c for _, c, _ in reversed(self.windows.get(agent_key, [])) if c is not None),
+                    None,
+                )
+                action, version = self._switch(step, number, latest)
+                self.windows[agent_key] = []
+            else:
+                action = strategy.WARN
+            decisions.append(
+                Decision(
+                    number,
+                    "D",
+                    "cusum",
+                    key,
+                    result.statistic,
+                    result.threshold,
+                    step.cls,
+                    action,
+                    version,
+                )
+            )
+            if version is not None:
+                versions.append(self.made[-1])
+
+    def _rate(self, number: int, decisions: list[Decision]) -> None:
+        if number % self.params.rate_window:
+            return
+        current, previous = self.fires, self.previous_fires
+        self.previous_fires, self.fires = current, 0
+        needed = max(RATE_MINIMUM, 2 * previous + 1)
+        if current >= needed:
+            decisions.append(
+                Decision(number, "D", "rate", "run", current, needed, None, "escalate", None)
+            )
+
+    # -- strategies ---------------------------------------------------------------------
+
+    def _tools(self, agent: str) -> list[str]:
+        return sorted({tool for _, tools in self.tasks.get(agent, ()) for tool in tools})
+
+    def _candidate(
+        self, document: Mapping[str, Any], agent: str, chosen: str
+    ) -> dict[str, Any] | None:
+        """``document`` after ``chosen`` for ``agent``, when it changes something and (for
+        the slow channel) stays consistent; else None."""
+        new = configchain.apply(document, agent, chosen, self._tools(agent), self.risky)
+        if new is None:
+            return None
+        change = configchain.classify(document, new)
+        if configchain.channel(change) == "slow" and not configchain.consistent(
+            new, [agent], self.tasks, self.denied
+        ):
+            return None
+        return new
+
+    def _switch(self, step: Step, number: int, cls: str | None) -> tuple[str, int | None]:
+        state = self._agent(step.agent)
+        profile = self.profile
+        available = [
+            s
+            for s in sorted(strategy.SWITCHES)
+            if self._candidate(self.document, step.agent, s) is not None
+        ]
+        chosen = strategy.choose(
+            cls,
+            tried=state.tried,
+            available=available,
+            switches_left=profile.config_switches - state.switches,
+            topology_left=profile.topology_changes - state.topology,
+            spaced=phases.topology_spaced(self.last_topology, number),
+        )
+        if chosen == strategy.ESCALATE:
+            return chosen, None
+        state.tried.append(chosen)
+        if chosen in strategy.TOPOLOGY:
+            state.topology += 1
+            self.last_topology = number
+            return chosen, None
+        new = self._candidate(self.document, step.agent, chosen)
+        assert new is not None  # it was available
+        state.switches += 1
+        return chosen, self._advance(new, number)
+
+    def _split(self, step: Step, number: int) -> str:
+        state = self._agent(step.agent)
+        if (
+            "split" not in state.tried
+            and state.topology < self.profile.topology_changes
+            and phases.topology_spaced(self.last_topology, number)
+        ):
+            state.tried.append("split")
+            state.topology += 1
+            self.last_topology = number
+            return "split"
+        return strategy.ESCALATE
+
+    def _advance(self, document: dict[str, Any], number: int) -> int:
+        old = self.document
+        change = configchain.classify(old, document)
+        self.version += 1
+        version = Version(
+            self.version,
+            self.sha256,
+            configchain.document_sha256(document),
+            document,
+            change,
+            configchain.channel(change),
+            number,
+            tuple(configchain.impact(old, document)),
+        )
+        self.document = document
+        self.sha256 = version.sha256
+        self.made.append(version)
+        return self.version
+
+
+def step_of(body: Mapping[str, Any]) -> tuple[Step, tuple[Reading, ...]]:
+    """A ``control.sensor`` body (already checked against its record schema) as the step it
+    records and its readings: what the verifier, and a resumed runtime, feed ``observe``.
+    Tier-2 values stand in for the candidates; a sensor that was off counts as 0."""
+    readings = tuple(
+        Reading(r["sensor"], r["tier"], r["value"], r["anomaly"], r["trigger"])
+        for r in body["readings"]
+    )
+    step = Step(
+        task=body["task"],
+        agent=body["agent"],
+        subtree=body["subtree"],
+        attempt=body["attempt"],
+        cls=body["class"],
+        tier1={r.sensor: r.value for r in readings if r.tier == 1},
+        measures={r.sensor: r.value for r in readings if r.tier == 2},
+    )
+    return step, readings
