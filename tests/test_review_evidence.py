@@ -221,7 +221,6 @@ TAMPERED: list[tuple[str, Callable[[list[Row]], list[Row]], str]] = [
         "names approval 'c9', which has no command.receipt before it",
     ),
     ("approval reused", _edit("b0001", 7, approval="c1"), "reuses approval 'c1'"),
-    ("approval on a read", _edit("b0001", 1, approval="c1"), "needs none"),
     (
         "phase not in force",
         _edit("b0001", 2, phase="explore"),
@@ -241,8 +240,8 @@ def test_tampered_review_is_refused(
 ) -> None:
     report = _verify(tmp_path, tamper(lawful()))
     assert report.status.value == "invalid", why
-    assert message in str(report.failure), report.failure
-    assert "action.review" in str(report.failure) or "agent.exit" in str(report.failure)
+    assert message in report.failure.reason, report.failure
+    assert "runs/r1/stores/audit.jsonl line " in report.failure.reason  # located
 
 
 def _receipt_outcome(outcome: str) -> Callable[[list[Row]], list[Row]]:
@@ -257,8 +256,20 @@ def _receipt_outcome(outcome: str) -> Callable[[list[Row]], list[Row]]:
 def test_an_approval_whose_receipt_was_rejected_is_refused(tmp_path: Path) -> None:
     report = _verify(tmp_path, _receipt_outcome("rejected")(lawful()))
     assert report.status.value == "invalid"
-    assert "whose receipt" in str(report.failure) and "is 'rejected', not 'applied'" in str(
+    assert "whose receipt" in report.failure.reason and "is 'rejected', not 'applied'" in str(
         report.failure
+    ), report.failure
+
+
+def test_an_approval_on_a_call_that_needs_none_is_refused(tmp_path: Path) -> None:
+    rows = lawful()
+    i = _at(rows, "b0001", 9)
+    rows[i:i] = _command(2, "c3", "b0001/9")
+    rows[_at(rows, "b0001", 9)][2]["approval"] = "c3"
+    report = _verify(tmp_path, rows)
+    assert report.status.value == "invalid"
+    assert "carries approval 'c3', but a write call in normal review needs none" in (
+        report.failure.reason
     ), report.failure
 
 
@@ -269,7 +280,7 @@ def test_an_approval_after_the_review_is_refused(tmp_path: Path) -> None:
     rows.insert(i, receipt)
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
-    assert "has no command.receipt before it" in str(report.failure), report.failure
+    assert "has no command.receipt before it" in report.failure.reason, report.failure
 
 
 def test_an_approval_of_another_review_is_refused(tmp_path: Path) -> None:
@@ -278,8 +289,8 @@ def test_an_approval_of_another_review_is_refused(tmp_path: Path) -> None:
     rows[i] = ("control", "command", {**rows[i][2], "args": {"review": "b0001/5"}})
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
-    assert "is the 'approve' command" in str(report.failure)
-    assert "with review 'b0001/5', not an approve of b0001/6" in str(report.failure)
+    assert "is the 'approve' command" in report.failure.reason
+    assert "with review 'b0001/5', not an approve of b0001/6" in report.failure.reason
 
 
 def test_a_review_before_its_agent_started_is_refused(tmp_path: Path) -> None:
@@ -290,7 +301,7 @@ def test_a_review_before_its_agent_started_is_refused(tmp_path: Path) -> None:
     rows.insert(started, review(1, "Read", "docs/a", "allow", rv.R_READ, batch="b0002"))
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
-    assert "review b0002/1 comes before its batch's agent.started" in str(report.failure)
+    assert "review b0002/1 comes before its batch's agent.started" in report.failure.reason
 
 
 def test_a_review_after_its_agent_exit_is_refused(tmp_path: Path) -> None:
@@ -299,7 +310,7 @@ def test_a_review_after_its_agent_exit_is_refused(tmp_path: Path) -> None:
     rows.insert(end + 1, review(2, "Read", "docs/a", "allow", rv.R_READ, batch="b0002"))
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
-    assert "review b0002/2 comes after its batch's agent.exit" in str(report.failure)
+    assert "review b0002/2 comes after its batch's agent.exit" in report.failure.reason
 
 
 def test_a_review_of_a_batch_never_spawned_is_refused(tmp_path: Path) -> None:
@@ -308,7 +319,7 @@ def test_a_review_of_a_batch_never_spawned_is_refused(tmp_path: Path) -> None:
     rows[-2][2]["batch"] = "b0009"
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
-    assert "review b0009/1 comes before its batch's agent.started" in str(report.failure)
+    assert "review b0009/1 comes before its batch's agent.started" in report.failure.reason
 
 
 def _phase(name: str) -> Row:
@@ -335,15 +346,19 @@ def test_strictness_follows_the_recorded_phase(tmp_path: Path) -> None:
     for i, (store, kind, body) in enumerate(strictest):
         if kind == "action.review":
             strictest[i] = (store, kind, {**body, "phase": "converge"})
-    report = _verify(tmp_path / "converge", strictest)
-    assert report.status.value == "invalid"
-    assert "needs none" in str(report.failure), report.failure  # review 6's approval
-    denied = [r for r in strictest if r[1] != "command" and r[1] != "command.receipt"]
-    for n in (5, 6, 7, 8):
-        denied[_at(denied, "b0001", n)][2].update(
+    for n in (5, 7, 8):
+        strictest[_at(strictest, "b0001", n)][2].update(
             decision="deny", reason=rv.R_STRICTEST, approval=None
         )
-    report = _verify(tmp_path / "converge2", denied)
+    report = _verify(tmp_path / "converge", strictest)
+    assert report.status.value == "invalid"  # review 6 still carries its approval
+    assert "carries approval 'c1', but a irreversible call in strictest review needs none" in (
+        report.failure.reason
+    ), report.failure
+    strictest[_at(strictest, "b0001", 6)][2].update(
+        decision="deny", reason=rv.R_STRICTEST, approval=None
+    )
+    report = _verify(tmp_path / "converge2", strictest)
     assert report.status.value == "verified", report.failure
 
 
@@ -355,7 +370,7 @@ def test_an_unknown_phase_is_refused(tmp_path: Path) -> None:
             rows[i] = (store, kind, {**body, "phase": "ship"})
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
-    assert "review b0001/1: unknown phase 'ship'" in str(report.failure), report.failure
+    assert "review b0001/1: unknown phase 'ship'" in report.failure.reason, report.failure
 
 
 def test_capsule_egress_hosts_are_known() -> None:
