@@ -431,3 +431,308 @@ def test_the_fake_runs_a_tool_when_its_hook_fails_open(tmp_path: Path) -> None:
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert target.exists() is written, command
+
+
+# ---- the desk on its own: real sockets, a stand-in for the run's record queue ------------
+
+
+class _Control:
+    phase = "implement"
+
+
+class _Run:
+    def __init__(self, folder: Path, events: list[Any]) -> None:
+        self.run_id = "r1"
+        self.folder = folder
+        self.control = _Control()
+        self.events = events
+        self.plan = None
+
+    def audit(self, kind: str, body: Any) -> None:
+        self.events.append(("audit", kind, dict(body)))
+
+    def flush(self) -> None:
+        self.events.append(("flush",))
+
+
+@dataclasses.dataclass
+class _Job:
+    lock: list[str]
+    released: bool = False
+
+
+def _desk(tmp: Path, events: list[Any], **kw: Any) -> tuple[ReviewDesk, Path]:
+    run = _Run(tmp, events)
+    desk = ReviewDesk.of(run)
+    assert ReviewDesk.of(run) is desk
+    for key, value in kw.items():
+        setattr(desk, key, value)
+    worktree = tmp / "tree"
+    path = desk.open("b0001", ("t1", "t2"), ("src/**",), worktree)
+    desk.hold("b0001", _Job(["src/**"]))
+    return desk, path
+
+
+def _send(path: Path, document: Any, raw: bytes | None = None) -> Any:
+    import socket as socketlib
+
+    client = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    client.settimeout(5)
+    from harness.orchestrate.review.protocol import short_path
+
+    with short_path(str(path)) as address:
+        client.connect(address)
+    client.sendall(raw if raw is not None else json.dumps(document).encode())
+    client.shutdown(socketlib.SHUT_WR)
+    return client
+
+
+def _answer(client: Any) -> bytes:
+    data = b""
+    while chunk := client.recv(4096):
+        data += chunk
+    client.close()
+    return data
+
+
+def _call(name: str, **tool_input: Any) -> dict[str, Any]:
+    return {"hook_event_name": "PreToolUse", "tool_name": name, "tool_input": tool_input,
+            "session_id": "s", "cwd": "/x"}  # fmt: skip
+
+
+def _poll_until(desk: ReviewDesk, done: Any, limit_s: float = 5.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not done() and time.monotonic() < deadline:
+        desk.poll()
+        time.sleep(0.01)
+
+
+def test_the_desk_records_and_flushes_before_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.orchestrate.review import desk as desk_module
+
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events)
+    sent = desk_module._send
+
+    def spy(sock: Any, decision: str, reason: str, review: str | None) -> None:
+        events.append(("send", decision, review))
+        sent(sock, decision, reason, review)
+
+    monkeypatch.setattr(desk_module, "_send", spy)
+    client = _send(path, _call("Write", file_path=str(tmp_path / "tree" / "src" / "a.py")))
+    _poll_until(desk, lambda: any(e[0] == "send" for e in events))
+    assert [e[0] for e in events] == ["audit", "flush", "send"]
+    kind, body = events[0][1], events[0][2]
+    assert kind == "action.review"
+    assert body == {
+        "task": "t1", "batch": "b0001", "review": 1, "tool": "Write",
+        "input_sha256": body["input_sha256"], "target": "src/a.py", "class": "write",
+        "phase": "implement", "decision": "allow", "reason": rv.R_WRITE, "approval": None,
+    }  # fmt: skip
+    import hashlib
+
+    from harness.verify.canonical import jcs_bytes
+
+    tool_input = {"file_path": str(tmp_path / "tree" / "src" / "a.py")}
+    assert body["input_sha256"] == hashlib.sha256(jcs_bytes(tool_input)).hexdigest()
+    assert _answer(client) == answer_bytes("allow", rv.R_WRITE, "b0001/1")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    desk.close("b0001")
+    assert not path.exists()
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"x" * (MAX_REQUEST + 1), "request over 1 MiB"),
+        (
+            b'{"hook_event_name": "PreToolUse", "tool_name": "Read", "tool_name": "Write", '
+            b'"tool_input": {}}',
+            "malformed hook request",
+        ),
+        (b"[1]", "not a PreToolUse hook request"),
+        (
+            b'{"hook_event_name": "PostToolUse", "tool_name": "Read", "tool_input": {}}',
+            "not a PreToolUse hook request",
+        ),
+        (
+            b'{"hook_event_name": "PreToolUse", "tool_name": "", "tool_input": {}}',
+            "not a PreToolUse hook request",
+        ),
+        (
+            b'{"hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": []}',
+            "not a PreToolUse hook request",
+        ),
+        (
+            b'{"hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {"n": NaN}}',
+            "malformed hook request",
+        ),
+    ],
+)
+def test_requests_that_name_no_call_are_denied_unrecorded(
+    tmp_path: Path, raw: bytes, reason: str
+) -> None:
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events)
+    sender: list[Any] = []
+    thread = threading.Thread(target=lambda: sender.append(_send_lenient(path, raw)))
+    thread.start()  # a large request blocks its sender until the desk reads
+    _poll_until(desk, lambda: bool(sender))
+    thread.join(timeout=5)
+    client = sender[0]
+    answer: list[bytes] = []
+    _poll_until(desk, lambda: answer or (client.settimeout(0.01) or _try(client, answer)))
+    decision, said, review = rv_answer(answer[0])
+    assert (decision, review) == ("deny", None) and said.startswith(reason), said
+    assert [e for e in events if e[0] == "audit"] == []
+
+
+def _send_lenient(path: Path, raw: bytes) -> Any:
+    return _send(path, None, raw=raw)
+
+
+def _try(client: Any, out: list[bytes]) -> bool:
+
+    try:
+        data = client.recv(65536)
+    except (TimeoutError, BlockingIOError):
+        return False
+    out.append(data)
+    return True
+
+
+def rv_answer(data: bytes) -> tuple[str, str, str | None]:
+    from harness.orchestrate.review.protocol import parse_answer
+
+    return parse_answer(data)
+
+
+def test_an_irreversible_call_waits_for_its_approval(tmp_path: Path) -> None:
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=30)
+    client = _send(path, _call("Bash", command="git push"))
+    _poll_until(desk, lambda: 1 in desk.gates["b0001"].waiting)
+    assert desk.approve("c0", "b0001/2") == ("rejected", "no review b0001/2 waits for approval")
+    assert desk.approve("c0", "b0002/1") == ("rejected", "no review b0002/1 waits for approval")
+    assert desk.approve("c0", "b0001") == ("rejected", "args.review must be <batch>/<review>")
+    assert desk.approve("c0", 7) == ("rejected", "args.review must be <batch>/<review>")
+    assert desk.approve("c0", "b0001/x") == ("rejected", "no review b0001/x waits for approval")
+    assert [e for e in events if e[0] == "audit"] == []  # nothing decided yet
+    assert desk.approve("c1", "b0001/1") == ("applied", "approves review b0001/1")
+    assert desk.approve("c2", "b0001/1") == (
+        "rejected", "review b0001/1 is already approved by c1",
+    )  # fmt: skip
+    desk.poll()
+    body = next(e[2] for e in events if e[0] == "audit")
+    assert (body["decision"], body["reason"], body["approval"]) == ("allow", rv.R_APPROVED, "c1")
+    assert _answer(client) == answer_bytes("allow", rv.R_APPROVED, "b0001/1")
+
+
+def test_no_approval_within_the_wait_is_a_recorded_deny(tmp_path: Path) -> None:
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=1)
+    client = _send(path, _call("WebFetch", url="https://example.org/x", prompt="p"))
+    started = time.monotonic()
+    _poll_until(desk, lambda: any(e[0] == "audit" for e in events), limit_s=5)
+    assert 0.9 <= time.monotonic() - started < 3
+    body = next(e[2] for e in events if e[0] == "audit")
+    assert (body["target"], body["decision"], body["reason"]) == (
+        "example.org", "deny", rv.R_UNAPPROVED,
+    )  # fmt: skip
+    assert _answer(client) == answer_bytes("deny", rv.R_UNAPPROVED, "b0001/1")
+
+
+def test_closing_a_batch_denies_what_waits_and_records_it(tmp_path: Path) -> None:
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=30)
+    client = _send(path, _call("Bash", command="npm publish"))
+    _poll_until(desk, lambda: 1 in desk.gates["b0001"].waiting)
+    desk.close("b0001")
+    assert [e[0] for e in events] == ["audit", "flush", "flush"]
+    assert events[0][2]["decision"] == "deny" and events[0][2]["approval"] is None
+    assert _answer(client) == answer_bytes("deny", rv.R_UNAPPROVED, "b0001/1")
+    assert not path.exists() and "b0001" not in desk.gates
+    desk.close("b0001")  # twice: nothing more
+    assert len(events) == 3
+
+
+def test_bounds_on_waiting_calls_open_connections_and_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.orchestrate.review import desk as desk_module
+
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=30)
+    clients = [_send(path, _call("Bash", command=f"git push {i}")) for i in range(5)]
+    _poll_until(desk, lambda: len([e for e in events if e[0] == "audit"]) == 1)
+    assert sorted(desk.gates["b0001"].waiting) == [1, 2, 3, 4]  # MAX_WAITING
+    fifth = next(e[2] for e in events if e[0] == "audit")
+    assert (fifth["review"], fifth["decision"]) == (5, "deny")
+    assert _answer(clients[4]) == answer_bytes("deny", rv.R_UNAPPROVED, "b0001/5")
+    # four wait; four more connections fill MAX_OPEN (8), the ninth is closed unanswered
+    idle = []
+    import socket as socketlib
+
+    for _ in range(5):
+        sock = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+        sock.settimeout(5)
+        sock.connect(str(path))
+        idle.append(sock)
+        desk.poll()
+    assert len(desk.gates["b0001"].reading) == desk_module.MAX_OPEN - 4
+    with contextlib.suppress(ConnectionResetError):  # closed unanswered: the client denies
+        assert idle[-1].recv(10) == b""
+    for sock in idle:
+        sock.close()
+    desk.close("b0001")
+    monkeypatch.setattr(desk_module, "MAX_REQUESTS", 1)
+    events.clear()
+    desk2, path2 = _desk(tmp_path / "two", events)
+    first = _send(path2, _call("Read", file_path="a"))
+    second = _send(path2, _call("Read", file_path="b"))
+    _poll_until(desk2, lambda: len([e for e in events if e[0] == "audit"]) == 1)
+    _answer(first)
+    assert rv_answer(_answer(second)) == ("deny", "more than 1 requests in this batch", None)
+
+
+def test_writes_locked_by_another_batch_and_known_hosts(tmp_path: Path) -> None:
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=30)
+    other = _Job(["docs/**"])
+    desk.hold("b0002", other)
+    tree = tmp_path / "tree"
+
+    def decide(call: dict[str, Any]) -> dict[str, Any]:
+        client = _send(path, call)
+        count = len([e for e in events if e[0] == "audit"])
+        _poll_until(
+            desk,
+            lambda: (
+                len([e for e in events if e[0] == "audit"]) > count
+                or bool(desk.gates["b0001"].waiting)
+            ),
+        )
+        if desk.gates["b0001"].waiting:
+            number = next(iter(desk.gates["b0001"].waiting))
+            assert desk.approve(f"c{number}", f"b0001/{number}")[0] == "applied"
+            desk.poll()
+        _answer(client)
+        return [e[2] for e in events if e[0] == "audit"][-1]
+
+    locked = decide(_call("Write", file_path=str(tree / "docs" / "x.md")))
+    assert (locked["decision"], locked["reason"]) == ("deny", rv.R_LOCKED)
+    other.released = True
+    freed = decide(_call("Write", file_path=str(tree / "docs" / "x.md")))
+    assert (freed["decision"], freed["reason"]) == ("deny", rv.R_OUT)  # normal: out of scope
+    assert "b0002" not in desk.jobs
+    first = decide(_call("WebFetch", url="https://pypi.org/a", prompt="p"))
+    assert (first["decision"], first["approval"]) == ("allow", "c3")
+    again = decide(_call("WebFetch", url="https://PYPI.org/b", prompt="p"))
+    assert (again["decision"], again["reason"], again["approval"]) == (
+        "allow", rv.R_KNOWN_HOST, None,
+    )  # fmt: skip
+    desk.run.control.phase = "integrate"  # strict: every egress needs an approval
+    strict = decide(_call("WebFetch", url="https://pypi.org/c", prompt="p"))
+    assert (strict["decision"], strict["approval"], strict["phase"]) == ("allow", "c5", "integrate")

@@ -78,6 +78,9 @@ class _Conn:
     sock: socket.socket
     deadline: float
     data: bytearray = field(default_factory=bytearray)
+    refuse: str | None = None
+    """Deny with this reason once the request is read (read first: closing a socket with
+    unread data resets it, and the answer could be lost)."""
 
 
 @dataclass
@@ -202,10 +205,12 @@ class ReviewDesk:
                 conn.close()  # the client sees no answer: it denies
                 continue
             conn.setblocking(False)
-            if gate.requests > MAX_REQUESTS:
-                _send(conn, "deny", f"more than {MAX_REQUESTS} requests in this batch", None)
-                continue
-            gate.reading.append(_Conn(conn, time.monotonic() + READ_S))
+            refuse = (
+                f"more than {MAX_REQUESTS} requests in this batch"
+                if gate.requests > MAX_REQUESTS
+                else None
+            )
+            gate.reading.append(_Conn(conn, time.monotonic() + READ_S, refuse=refuse))
 
     def _read(self, gate: _Gate) -> None:
         now = time.monotonic()
@@ -231,7 +236,10 @@ class ReviewDesk:
                 _send(conn.sock, "deny", "request over 1 MiB", None)
             elif complete:
                 gate.reading.remove(conn)
-                self._request(gate, conn.sock, bytes(conn.data))
+                if conn.refuse is not None:
+                    _send(conn.sock, "deny", conn.refuse, None)
+                else:
+                    self._request(gate, conn.sock, bytes(conn.data))
             elif now > conn.deadline:
                 gate.reading.remove(conn)
                 _send(conn.sock, "deny", f"request not complete within {READ_S:g} s", None)
