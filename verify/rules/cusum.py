@@ -6,8 +6,8 @@ For readings x_1, x_2, ... of one series (an agent's time or tokens per step):
   raise no alarm;
 * then, with ``k = ref * k_pm // 1000`` (the allowance) and ``h = max(1, ref * h_pm // 1000)``
   (the decision threshold), ``S = max(0, S + x - ref - k)``; an alarm is raised when
-  ``S > h``, and S starts again from 0 (the alarm is the early warning; the next one needs new
-  evidence).
+  ``S >= h`` (reaching h, as a bucket crossing is reaching M), and S starts again from 0
+  (the alarm is the early warning; the next one needs new evidence).
 
 k and h are per-mille of the reference, so one parameter set fits series of any unit: the
 defaults (k = 0.5 ref, h = 2 ref) alarm when an agent's steps run persistently above 1.5x
@@ -61,5 +61,5 @@ def update(params: CusumParams, state: CusumState, x: int) -> CusumStep:
     k = ref * params.k_pm // 1000
     h = max(1, ref * params.h_pm // 1000)
     s = max(0, state.s + x - ref - k)
-    alarm = s > h
+    alarm = s >= h
     return CusumStep(CusumState(state.n + 1, state.total, 0 if alarm else s), alarm, s, h)
