@@ -97,6 +97,8 @@ TESTS: dict[str, list[str]] = {
     "orchestrate/rounds/rebuild.py": ["tests/test_rounds_units.py"],
     "orchestrate/rounds/scripted_roles.py": ["tests/test_rounds_units.py"],
     "orchestrate/runner/commands.py": ["tests/test_rounds_units.py"],
+    "verify/rules/review.py": ["tests/test_review_rules.py"],
+    "verify/reviewcheck.py": ["tests/test_review_evidence.py"],
 }
 
 
