@@ -116,6 +116,17 @@ def test_two_failures_with_threshold_20_take_the_template_as_version_2() -> None
     assert c.version == 2 and c.sha256 == v2.sha256 and c.document == v2.document
 
 
+def test_version_1_stays_the_initial_document_after_changes() -> None:
+    # A resumed runtime or a verifier may ask for version 1 after folding steps: it is always
+    # the initial document, not the one in force now.
+    c = machine(threshold=10)
+    first = c.initial()
+    c.observe(step("a", "test"))  # 0 -> 10 crosses M = 10: template, version 2
+    assert c.version == 2
+    assert c.initial() == first
+    assert c.made[0].parent == c.initial().sha256
+
+
 def test_the_window_forgets_old_anomalies() -> None:
     # implement: K = 12, M = 30. Steps 1-2 fail (20), 3-12 are normal: window [T T F*10] = 10.
     # Step 13 fails: window [T F*10 T]: 10 - 10 -> 0, + 10 = 10 (the first T fell out; all

@@ -251,8 +251,11 @@ class Controller:
         return phases.PROFILES[self.phase]
 
     def initial(self) -> Version:
-        """Configuration version 1, recorded at the run's start."""
-        return Version(1, None, self.sha256, dict(self.document), "initial", "initial", None, ())
+        """Configuration version 1, recorded at the run's start (the initial document, also
+        when asked after later versions)."""
+        document = configchain.initial_document()
+        sha256 = configchain.document_sha256(document)
+        return Version(1, None, sha256, document, "initial", "initial", None, ())
 
     def settle(self, progress: int) -> str | None:
         """New progress (per-mille of settled tasks): the phase it enters, or None."""
