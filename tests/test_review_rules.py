@@ -388,3 +388,40 @@ def test_strictness_agrees_with_the_phase_profiles() -> None:
     for name, profile in phases.PROFILES.items():
         review = profile["review"] if isinstance(profile, dict) else profile.review
         assert strictness_of(name) == review
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["ls\ngit push", "make\r\nnpm publish", "echo a\n\ncargo publish", "x=1\ncurl https://e.x"],
+)
+def test_a_newline_ends_a_command(command: str) -> None:
+    assert classify("Bash", command) == "irreversible"
+
+
+def _shlex_words(text: str) -> list[str]:
+    import shlex
+
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    return list(lexer)
+
+
+def test_the_fast_tokenizer_is_shlex_without_quotes() -> None:
+    """Lines without quotes or backslashes are split by a regular expression; it must give
+    exactly shlex's words (the spec defines the split by shlex)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    alphabet = st.sampled_from(list("ab -_./~*?=$#{}:@,+%!^[]\t;&|()<>\r\x0b\x0c\u00a0é0"))
+
+    @settings(max_examples=3000, deadline=None)
+    @given(st.lists(alphabet, max_size=40).map("".join))
+    def same(text: str) -> None:
+        assert rv._QUOTING.search(text) is None
+        assert rv._TOKEN.findall(text) == _shlex_words(text)
+
+    same()
+    quoted = "git commit -m 'a; git push' && echo \"x|y\""
+    assert rv._QUOTING.search(quoted) is not None  # this one goes through shlex
+    assert classify("Bash", quoted) == "write"

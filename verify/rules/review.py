@@ -166,6 +166,8 @@ _EGRESS: Final = frozenset(
      "scp", "sftp", "rsync", "ftp", "telnet", "git-remote-http"}
 )  # fmt: skip
 """Programs whose purpose is network traffic."""
+_QUOTING: Final = re.compile(r"['\"\\]")
+_TOKEN: Final = re.compile(r"[;&|()<>]+|[^ \t\r\n;&|()<>]+")
 _GIT_VALUE_OPTIONS: Final = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
 _HOST_RE: Final = re.compile(r"(?:[A-Za-z0-9_.+-]+@)?([A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)")
 
@@ -248,13 +250,17 @@ def _commands(text: str, depth: int = 0) -> list[list[str]] | None:
     parsed (unbalanced quotes, nesting deeper than 4 ``sh -c`` levels)."""
     if depth > 4:
         return None
-    lexer = shlex.shlex(text.replace("`", " ; "), posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        words = list(lexer)
-    except ValueError:
-        return None
+    line = text.replace("`", " ; ").replace("\n", " ; ")
+    if _QUOTING.search(line) is None:
+        words = _TOKEN.findall(line)  # what shlex gives for a line without quotes or escapes
+    else:
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
+        lexer.whitespace_split = True
+        lexer.commenters = ""
+        try:
+            words = list(lexer)
+        except ValueError:
+            return None
     commands: list[list[str]] = [[]]
     for word in words:
         if word and all(ch in ";&|()<>\n" for ch in word):
