@@ -736,3 +736,22 @@ def test_writes_locked_by_another_batch_and_known_hosts(tmp_path: Path) -> None:
     desk.run.control.phase = "integrate"  # strict: every egress needs an approval
     strict = decide(_call("WebFetch", url="https://pypi.org/c", prompt="p"))
     assert (strict["decision"], strict["approval"], strict["phase"]) == ("allow", "c5", "integrate")
+
+
+def test_a_call_is_decided_under_the_phase_in_force_when_it_is_decided(tmp_path: Path) -> None:
+    """A call waits in integrate (strict: egress needs approval); the run moves to converge
+    meanwhile: it is decided, and recorded, as converge (strictest) decides, approval or not."""
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=30)
+    desk.run.control.phase = "integrate"
+    client = _send(path, _call("WebFetch", url="https://pypi.org/x", prompt="p"))
+    _poll_until(desk, lambda: 1 in desk.gates["b0001"].waiting)
+    assert desk.gates["b0001"].waiting[1].body["phase"] == "integrate"
+    assert desk.approve("c1", "b0001/1")[0] == "applied"
+    desk.run.control.phase = "converge"
+    desk.poll()
+    body = next(e[2] for e in events if e[0] == "audit")
+    assert (body["phase"], body["decision"], body["reason"], body["approval"]) == (
+        "converge", "deny", rv.R_STRICTEST, None,
+    )  # fmt: skip
+    assert rv_answer(_answer(client))[0] == "deny"

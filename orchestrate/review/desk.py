@@ -312,7 +312,7 @@ class ReviewDesk:
     def _finish(self, gate: _Gate, number: int) -> None:
         """Decide a call, record and flush it, then answer (in that order)."""
         waiting = gate.waiting.pop(number)
-        body = waiting.body
+        body = {**waiting.body, "phase": self.phase()}  # the phase in force when decided
         cls = body["class"]
         strictness = strictness_of(body["phase"])
         known = self._known(gate, waiting.host)
