@@ -1,9 +1,10 @@
 """``harness demo``: the main job end to end on an embedded default, offline, in seconds.
 
-A throw-away git repository with a small Python project, a plan of eight tasks run by the
+A throw-away git repository with a small Python project, a plan of ten tasks run by the
 deterministic scripted agent in real worktrees with real gates: two merge, one fails its gate,
 one is denied by the capability trifecta before any process starts, one depends on a merged
-task; and three long-horizon tasks run as audited Manager/Executor/Auditor rounds (one
+task; two for the control layers (one fails until the I layer changes its agent's strategy,
+one raises a CUSUM alarm on its slowing agent); and three long-horizon tasks run as audited Manager/Executor/Auditor rounds (one
 completes, one ghost ends incomplete, one whose Auditor tries to write is never merged).
 Then ``bundle.tar`` is exported and verified by the standalone verifier (pinned to the demo
 key, HMAC chains checked).
@@ -50,7 +51,14 @@ def _gate() -> dict[str, object]:
 def demo_plan() -> dict[str, object]:
     """The embedded plan (the same structure a plan.toml file parses to)."""
     return {
-        "plan": {"name": "demo", "max_batch": 2, "settle_ticks": 2},
+        "plan": {
+            "name": "demo",
+            "max_batch": 2,
+            "settle_ticks": 2,
+            # The control layers (docs/spec/control-layers.md): two anomalies in a row fill
+            # an agent's bucket; a CUSUM reference from two readings; implement from the start.
+            "control": {"threshold": 20, "cusum_warmup": 2, "phase_bounds": [0, 750, 900]},
+        },
         "task": [
             {
                 "id": "add-mul",
@@ -78,6 +86,7 @@ def demo_plan() -> dict[str, object]:
                 "role": "writer",
                 "prompt": "Document the calculator.",
                 "priority": 5,
+                "usage_tokens": 1000,
                 "scope": ["README.md", "docs/**"],
                 "tools": ["edit"],
                 "gates": [_gate()],
@@ -116,10 +125,66 @@ def demo_plan() -> dict[str, object]:
                 "tools": ["edit"],
                 "gates": [_gate()],
                 "edits": [{"path": "CHANGELOG.md", "content": "- add calc.mul\n"}],
+                "usage_tokens": 1000,
             },
+            *control_tasks(),
             *rounds_tasks(),
         ],
     }
+
+
+STATS_TEST = (
+    "import unittest\n\nimport stats\n\n\nclass MeanTest(unittest.TestCase):\n"
+    "    def test_mean(self):\n        self.assertEqual(stats.mean([1, 2, 3]), 2)\n"
+)
+
+
+def control_tasks() -> list[dict[str, object]]:
+    """Two tasks for the control layers (issue 13): one whose agent keeps failing its gate
+    until the I layer changes its strategy (two failures fill its bucket: the prompt
+    template becomes ``focused``, configuration version 2, and its third attempt passes);
+    and the writer's third task, which reports six times the tokens of its first two: the
+    D layer's CUSUM raises an alarm on the slowing agent."""
+    return [
+        {
+            "id": "stats",
+            "role": "tuner",
+            "prompt": "Add stats.mean with a test.",
+            "priority": 4,
+            "scope": ["stats.py", "tests/test_stats.py"],
+            "tools": ["edit"],
+            "gates": [_gate()],
+            "max_attempts": 3,
+            "edits": [
+                {
+                    "path": "stats.py",
+                    "content": "def mean(xs):\n    return sum(xs) / (len(xs) + 1)\n",
+                },
+                {"path": "tests/test_stats.py", "content": STATS_TEST},
+            ],
+            "strategy_edits": {
+                "focused": [
+                    {
+                        "path": "stats.py",
+                        "content": "def mean(xs):\n    return sum(xs) / len(xs)\n",
+                    },
+                    {"path": "tests/test_stats.py", "content": STATS_TEST},
+                ]
+            },
+        },
+        {
+            "id": "release-notes",
+            "role": "writer",
+            "prompt": "Write the release notes.",
+            "priority": 1,
+            "depends": ["changelog"],
+            "scope": ["docs/release.md"],
+            "tools": ["edit"],
+            "gates": [_gate()],
+            "edits": [{"path": "docs/release.md", "content": "# Release\n\nmul is new.\n"}],
+            "usage_tokens": 6000,
+        },
+    ]
 
 
 GUIDE = "# Guide\n\nThe calculator adds numbers.\n"

@@ -96,6 +96,9 @@ class TaskSpec:
     """Idle limit in seconds for this task's agents (1..1800); ``None``: the plan's."""
     rounds: RoundsSpec | None = None
     """Set: the task runs as audited rounds (issue 12) instead of one agent run."""
+    usage_tokens: int | None = None
+    """For the scripted adapter: the output tokens it reports for this task (a stand-in for
+    a model's usage report; None: it reports none)."""
     requirements: tuple[str, ...] = ()
     """Requirement ids this task covers (the ``coverage`` sensor; docs/spec/control.md)."""
     strategy_edits: Mapping[str, tuple[Edit, ...]] = field(default_factory=dict)

@@ -246,6 +246,9 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
         seen_paths[edit.path] = i
 
     requirements = _unique_strs(table.get("requirements", []), sub("requirements"), _name)
+    usage_tokens = None
+    if "usage_tokens" in table:
+        usage_tokens = _int(table["usage_tokens"], sub("usage_tokens"), 0, SAFE_INT)
     strategy_edits = _strategy_edits(table.get("strategy_edits"), sub("strategy_edits"), scope)
 
     rounds = None
@@ -278,6 +281,7 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
         rounds=rounds,
         requirements=requirements,
         strategy_edits=strategy_edits,
+        usage_tokens=usage_tokens,
     )
 
 

@@ -84,6 +84,7 @@ _TASK_KEYS: Final = (
     "rounds",
     "requirements",
     "strategy_edits",
+    "usage_tokens",
 )
 _ROUNDS_KEYS: Final = (
     "max_rounds",

@@ -18,7 +18,11 @@ Output (stdout), one JSON object per line, then exit status 0 (ok) or 1 (failed)
 
     {"type": "model_call", "adapter": "scripted", "model": M, "request": ..., "response": ...,
      "parameters": {...}, "key": "<call_key>", "source": "live"|"journal"|"fake"}
+    {"type": "turn.completed", "usage": {"input_tokens": 0, "output_tokens": N}}
     {"type": "result", "ok": true, "summary": "...", "error": null}
+
+(``turn.completed`` only when a task of the workfile has ``tokens``: the usage a model would
+report, in Codex's shape, read by the scripted adapter's meter.)
 
 Test options: ``--sleep`` waits before working; ``--ignore-sigterm`` ignores SIGTERM (so only
 the runtime's SIGKILL escalation stops it).
@@ -81,6 +85,8 @@ class WorkTask:
     id: str
     prompt: str
     edits: tuple[WorkEdit, ...]
+    tokens: int | None = None
+    """Output tokens the agent reports for this task (``usage_tokens`` in the plan)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ def workfile_document(request: AgentRequest) -> dict[str, Any]:
                 "id": task.id,
                 "prompt": task.prompt,
                 "edits": [{"path": edit.path, "content": edit.content} for edit in task.edits],
+                "tokens": task.usage_tokens,
             }
             for task in request.tasks
         ],
@@ -158,7 +165,10 @@ def load_workfile_document(document: Any) -> Workfile:
                 )
             check_relative_path(edit_path)
             work_edits.append(WorkEdit(edit_path, content))
-        loaded.append(WorkTask(task_id, prompt, tuple(work_edits)))
+        tokens = task.get("tokens")
+        if tokens is not None and (type(tokens) is not int or tokens < 0):
+            raise WorkfileError(f"{where}: 'tokens' must be a non-negative integer or null")
+        loaded.append(WorkTask(task_id, prompt, tuple(work_edits), tokens))
     return Workfile(batch, model, tuple(loaded))
 
 
@@ -374,6 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WorkfileError, ReplayError, OSError) as exc:
         _emit(sys.stdout, {"type": "result", "ok": False, "summary": "", "error": str(exc)})
         return EXIT_FAILED
+    tokens = [task.tokens for task in work.tasks if task.tokens is not None]
+    if tokens:  # reported the way Codex reports a turn (the scripted adapter's meter)
+        usage = {"input_tokens": 0, "output_tokens": sum(tokens)}
+        _emit(sys.stdout, {"type": "turn.completed", "usage": usage})
     _emit(sys.stdout, {"type": "result", "ok": True, "summary": summary, "error": None})
     return EXIT_OK
 

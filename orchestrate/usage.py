@@ -399,6 +399,7 @@ _METERS: Final[Mapping[str, Callable[[], UsageMeter]]] = {
     "codex": CodexMeter,
     "gemini": GeminiMeter,
     "opencode": OpencodeMeter,
+    "scripted": CodexMeter,  # the scripted agent reports usage_tokens in Codex's shape
 }
 
 

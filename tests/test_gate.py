@@ -47,8 +47,11 @@ DEMO_FILES = [
     "README.md",
     "calc.py",
     "docs/guide.md",
+    "docs/release.md",
     "docs/usage.md",
+    "stats.py",
     "tests/test_mul.py",
+    "tests/test_stats.py",
 ]
 
 

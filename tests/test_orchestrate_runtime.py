@@ -74,6 +74,8 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         "guide": TaskState.DONE,
         "ghost": TaskState.BLOCKED,
         "audited": TaskState.BLOCKED,
+        "stats": TaskState.DONE,
+        "release-notes": TaskState.DONE,
     }
     assert result.report.status.value == "verified", result.report.failure
     repo = result.repo
@@ -88,6 +90,36 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert gates["break-add"] is False and gates["add-mul"] is True
     paths = {r["body"]["path"] for r in _records(repo / ".harness", "demo-run", "lineage")}
     assert {"calc.py", "tests/test_mul.py", "README.md", "docs/usage.md", "CHANGELOG.md"} <= paths
+    _demo_control(audit)
+
+
+def _demo_control(audit: list[dict[str, Any]]) -> None:
+    """Issue 13's demo: the stats task fails its gate twice, the I layer switches its agent's
+    prompt template (configuration version 2, loaded by the third attempt, which passes); the
+    writer's third task reports 6x the tokens of its first two: a CUSUM alarm."""
+    decisions = [r["body"] for r in audit if r["kind"] == "control.decision"]
+    switch = next(d for d in decisions if d["key"] == "agent:tuner")
+    assert (switch["layer"], switch["rule"], switch["action"], switch["config"]) == (
+        "I",
+        "bucket",
+        "template",
+        2,
+    )
+    assert switch["level"] == switch["threshold"] == 20 and switch["class"] == "test"
+    versions = [r["body"] for r in audit if r["kind"] == "config.version"]
+    assert [v["version"] for v in versions] == [1, 2]
+    assert versions[1]["parent"] == versions[0]["sha256"]
+    assert versions[1]["document"]["agents"]["tuner"]["template"] == "focused"
+    spawns = [
+        r["body"] for r in audit if r["kind"] == "agent.spawn" and r["body"]["tasks"] == ["stats"]
+    ]
+    assert [(s["attempt"], s["config"]) for s in spawns] == [(1, 1), (2, 1), (3, 2)]
+    alarm = next(d for d in decisions if d["key"] == "agent:writer:pace_tokens")
+    assert (alarm["layer"], alarm["rule"], alarm["action"]) == ("D", "cusum", "warn")
+    assert alarm["level"] == 6000 - 1000 - 500 and alarm["threshold"] == 2000
+    steps = [r["body"] for r in audit if r["kind"] == "control.sensor"]
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert [s["class"] for s in steps if s["task"] == "stats"] == ["test", "test", None]
 
 
 def _command_plan(task_id: str, adapter: str, **task: Any) -> dict[str, Any]:

@@ -92,6 +92,8 @@ class ScriptedAdapter:
                 calls.append(call)
             elif kind == "result":
                 final = event
+            elif kind == "turn.completed":
+                pass  # its usage, read by the adapter's meter while the agent runs
             else:
                 error = error or f"scripted agent: unknown event type {kind!r} (#{number})"
         summary = tail(result.stdout)

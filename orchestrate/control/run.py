@@ -18,8 +18,9 @@ after a crash is the state the records prove.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from harness.verify.rules import configchain, phases, trifecta
 from harness.verify.rules.controller import (
@@ -34,6 +35,18 @@ from harness.verify.rules.controller import (
 
 from .. import git
 from .facts import History, JobFacts, measures, remember, tier1
+
+TEMPLATE_TEXT: Final = {
+    "focused": (
+        "earlier attempts of your role kept failing. Do not repeat the approach that failed: "
+        "read what failed below, make only the change the task asks for, and keep it small."
+    ),
+    "stepwise": (
+        "earlier attempts kept failing even with a focused prompt. Work in small steps: make "
+        "one change, check it, then the next; stop and explain if a step cannot be made."
+    ),
+}
+"""The instruction each prompt template adds (``default`` adds none)."""
 
 if TYPE_CHECKING:
     from ..model import TaskSpec
@@ -79,6 +92,27 @@ class RunControl:
     def tools_for(self, task: TaskSpec) -> list[str]:
         """A task's tools under its agent's entry (minus ``drop``, plus ``add``)."""
         return configchain.effective_tools(task.tools, self.entry(task.role))
+
+    def configure(self, task: TaskSpec) -> TaskSpec:
+        """The task as its agent runs it under the configuration in force: effective tools,
+        the prompt with what the configuration adds (the template's instruction; with
+        ``gates_in_prompt`` the checks to run before finishing), and for the scripted
+        adapter the edits of its template (``strategy_edits``). The model sees a different
+        request under another strategy, so a replay journal keeps their answers apart."""
+        entry = self.entry(task.role)
+        edits = task.strategy_edits.get(entry["template"], task.edits)
+        tools = tuple(configchain.effective_tools(task.tools, entry))
+        notes = []
+        template = TEMPLATE_TEXT.get(entry["template"])
+        if template is not None:
+            notes.append(f"Strategy ({entry['template']}): {template}")
+        if entry["gates_in_prompt"] and task.gates:
+            checks = "; ".join(" ".join(gate.command) for gate in task.gates)
+            notes.append(f"Before you finish, run these checks yourself: {checks}")
+        if edits == task.edits and set(tools) == set(task.tools) and not notes:
+            return task
+        prompt = "\n\n".join([task.prompt, *notes])
+        return dataclasses.replace(task, prompt=prompt, edits=edits, tools=tools)
 
     # -- records -------------------------------------------------------------------------
 

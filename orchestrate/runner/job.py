@@ -60,7 +60,8 @@ class BatchJob:
     def __init__(self, run: RunCore, batch: Batch) -> None:
         self.run = run
         self.batch = batch
-        self.tasks: list[TaskSpec] = [run.specs[t] for t in batch.tasks]
+        self.tasks: list[TaskSpec] = [run.control.configure(run.specs[t]) for t in batch.tasks]
+        """The batch's tasks as their agents run them under the configuration in force."""
         self.branch = f"harness/{run.run_id}/{batch.id}"
         self.dirs = BatchDirs(run.work / batch.id)
         self.worktree = self.dirs.tree
