@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from harness.verify.rules import configchain, phases, trifecta
@@ -66,6 +67,8 @@ class RunControl:
         self.machine = Controller(params, tasks, risky=self._risky, denied=self._denied)
         self.history = History()
         self.requirements = sorted({r for task in run.plan.tasks for r in task.requirements})
+        self.started_us = 0
+        """The run's start (its clock, µs): hours 4 to 6 heighten the meta layer's reviews."""
 
     # -- rule inputs ---------------------------------------------------------------------
 
@@ -118,16 +121,40 @@ class RunControl:
 
     def begin(self) -> None:
         """Version 1 and the starting phase, right after the run's first records."""
+        self.started_us = _micros(self._now())
         self.run.audit("config.version", self.machine.initial().record(git.head(self.run.repo)))
         self.machine.settle(self._progress())
         self._phase("run start")
         self._spacing()
 
     def settled(self) -> None:
-        """A task settled: record the phase progress moves the run into, if any."""
-        if self.machine.settle(self._progress()) is not None:
+        """A task settled: the phase progress moves the run into, if any, then the meta
+        layer's reviews for every review point progress passed (25, 50, 75 %; thresholds
+        tightened in hours 4 to 6)."""
+        progress = self._progress()
+        elapsed_s = max(0, (_micros(self._now()) - self.started_us) // 1_000_000)
+        heightened = phases.HEIGHTENED_FROM_S <= elapsed_s < phases.HEIGHTENED_UNTIL_S
+        previous = self.machine.progress
+        if self.machine.settle(progress) is not None:
             self._phase("progress")
             self._spacing()
+        for review in self.machine.reviews(previous, heightened=heightened):
+            self.run.audit(
+                "control.review",
+                {
+                    "step": self.machine.steps,
+                    "progress_pm": progress,
+                    "elapsed_s": elapsed_s,
+                    "heightened": heightened,
+                    **review.record(),
+                },
+            )
+
+    def _now(self) -> str:
+        """The run clock's current reading, without advancing a logical clock."""
+        clock = self.run.clock
+        peek = getattr(clock, "peek", None)
+        return str(peek() if callable(peek) else clock())
 
     def step(self, task: TaskSpec, attempt: int, cls: str | None, facts: JobFacts) -> Observed:
         """One retired attempt: its readings, the decisions they provoke, new versions."""
@@ -167,9 +194,11 @@ class RunControl:
                 self.run.audit("config.version", version.record(snapshot))
         return observed
 
-    def replay(self, kind: str, body: Mapping[str, Any]) -> None:
+    def replay(self, kind: str, body: Mapping[str, Any], time: str | None = None) -> None:
         """Fold one audit record of a run being resumed (in store order)."""
-        if kind == "control.sensor":
+        if kind == "run.start" and time is not None:
+            self.started_us = _micros(time)
+        elif kind == "control.sensor":
             step, readings = step_of(body)
             self.machine.observe(step, readings)
         elif kind == "control.phase":
@@ -211,3 +240,9 @@ class RunControl:
             for r in task.requirements
         }
         return len(covered) * 1000 // len(self.requirements)
+
+
+def _micros(stamp: str) -> int:
+    """Microseconds since the epoch of a record time ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
+    moment = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond

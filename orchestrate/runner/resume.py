@@ -55,7 +55,7 @@ def resume(run: RunCore) -> bool:
     for line in path.read_bytes().splitlines():
         record = parse_record_line(line, "audit", run.run_id)
         body = record.body
-        run.control.replay(record.kind, body)
+        run.control.replay(record.kind, body, record.time)
         if record.kind == "config.version":
             run.control_begun = True
         if record.kind == "run.status":

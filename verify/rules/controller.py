@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from . import bucket, configchain, cusum, phases, sensors, strategy
+from . import bucket, configchain, cusum, meta, phases, sensors, strategy
 
 MAX_RATE_WINDOW: Final = 1000
 MAX_AGGREGATE: Final = 1000
@@ -50,6 +50,7 @@ class Params:
     aggregate_agents: int = 3
     rate_window: int = 10
     bounds: tuple[int, int, int] = phases.DEFAULT_BOUNDS
+    meta: meta.MetaParams = field(default_factory=meta.MetaParams)
 
     def record(self) -> dict[str, Any]:
         """The plan document's ``[plan.control]`` table for these parameters."""
@@ -61,6 +62,7 @@ class Params:
             "aggregate_agents": self.aggregate_agents,
             "rate_window": self.rate_window,
             "phase_bounds": list(self.bounds),
+            **self.meta.record(),
         }
 
 
@@ -78,7 +80,7 @@ def parse_params(table: Mapping[str, Any] | None) -> Params | str:
     """``[plan.control]`` as parameters, or the reason it is not a valid table."""
     if table is None:
         return Params()
-    known = set(PARAM_RANGES) | {"phase_bounds"}
+    known = set(PARAM_RANGES) | {"phase_bounds"} | set(meta.META_RANGES)
     for name in table:
         if name not in known:
             return f"unknown member {name!r} (known: {', '.join(sorted(known))})"
@@ -93,12 +95,16 @@ def parse_params(table: Mapping[str, Any] | None) -> Params | str:
     problem = phases.bounds_error(bounds) if type(bounds) is list else "a list of three integers"
     if problem is not None:
         return f"phase_bounds: {problem}"
+    meta_params = meta.parse_meta({k: v for k, v in table.items() if k in meta.META_RANGES})
+    if isinstance(meta_params, str):
+        return meta_params
     return Params(
         threshold=values["threshold"],
         cusum=cusum.CusumParams(values["cusum_warmup"], values["cusum_k_pm"], values["cusum_h_pm"]),
         aggregate_agents=values["aggregate_agents"],
         rate_window=values["rate_window"],
         bounds=(bounds[0], bounds[1], bounds[2]),
+        meta=meta_params,
     )
 
 
@@ -245,6 +251,12 @@ class Controller:
         self.aggregated: set[str] = set()
         self.made: list[Version] = []
         """Every version after the first, in order."""
+        self.classes: list[str | None] = []
+        """Every real step's class, in order (the meta layer's constraint-task fit)."""
+        self.changes: list[tuple[int, str]] = []
+        """(step, agent) of every strategy change (the meta layer's controllability)."""
+        self.landed: list[tuple[int, str]] = []
+        """(step, agent) of every landed step."""
 
     @property
     def profile(self) -> phases.Profile:
@@ -312,6 +324,13 @@ class Controller:
         self._aggregate(step, number, decisions, versions)
         self._trends(step, number, taken, decisions, versions)
         self._rate(number, decisions)
+        self._selftest(step, number, decisions)
+        self.classes.append(step.cls)
+        if step.cls is None:
+            self.landed.append((number, step.agent))
+        for decision in decisions:
+            if meta.is_strategy_change(decision.layer, decision.action):
+                self.changes.append((number, step.agent))
         for reading in taken:
             if reading.sensor == "pace_ms":
                 self._agent(step.agent).last_pace = reading.value
@@ -457,6 +476,44 @@ class Controller:
             decisions.append(
                 Decision(number, "D", "rate", "run", current, needed, None, "escalate", None)
             )
+
+    def _selftest(self, step: Step, number: int, decisions: list[Decision]) -> None:
+        """The meta layer's self-test: on schedule, one synthetic anomaly into the agent's
+        shadow key only (never a real key: it cannot change a real outcome), flagged by the
+        real sensor rule; a probe the rule does not flag, or that leaks, is an alert."""
+        every = self.params.meta.selftest_every
+        if not meta.selftest_due(number, every):
+            return
+        sensor, value = meta.selftest_probe(number, every)
+        flagged = sensors.anomalous(sensor, value)
+        key = meta.shadow_key(step.agent)
+        window = self.windows.setdefault(key, [])
+        window.append((flagged, None, step.agent))
+        del window[: -phases.MAX_WINDOW]
+        problem = meta.selftest_problem(
+            sensor, value, flagged=flagged, keys=[key], agent=step.agent
+        )
+        action = "detected" if problem is None else strategy.ESCALATE
+        decisions.append(Decision(number, "meta", "selftest", key, value, 0, sensor, action, None))
+
+    def reviews(self, previous: int, *, heightened: bool) -> tuple[meta.Review, ...]:
+        """The meta layer's reviews for the progress step from ``previous`` to the current
+        progress (after ``settle``, in the phase it entered): one per review point (25, 50,
+        75 %) it passes, over the steps so far."""
+        points = meta.progress_reviews(previous, self.progress)
+        return tuple(
+            meta.review(
+                point,
+                classes=self.classes,
+                changes=self.changes,
+                landed=self.landed,
+                window=self.profile.window,
+                now=self.steps,
+                params=self.params.meta,
+                heightened=heightened,
+            )
+            for point in points
+        )
 
     # -- strategies ---------------------------------------------------------------------
 
