@@ -321,6 +321,38 @@ def last_status(state: Path, run_id: str) -> tuple[str | None, bool]:
     return status, ended
 
 
+def control_lines(state: Path, run_id: str) -> list[str]:
+    """What ``harness status`` shows of a run's control layers: the phase and configuration
+    version in force, then every control decision that acted or alerted (strategy changes,
+    warnings, escalations, failed self-tests, review alerts), oldest first."""
+    from .runner.resume import audit_objects
+
+    phase, version, steps = "implement", 1, 0
+    lines: list[str] = []
+    for obj in audit_objects(state, run_id):
+        kind, body = obj.get("kind"), obj.get("body") or {}
+        if kind == "control.phase":
+            phase = str(body["phase"])
+        elif kind == "config.version":
+            version = int(body["version"])
+        elif kind == "control.sensor":
+            steps = int(body["step"])
+        elif kind == "control.decision" and body["action"] != "detected":
+            made = f" (version {body['config']})" if body["config"] is not None else ""
+            cls = f" ({body['class']})" if body["class"] is not None else ""
+            lines.append(
+                f"    step {body['step']:<4} {body['layer']} {body['rule']} {body['key']} "
+                f"{body['level']}/{body['threshold']}{cls} -> {body['action']}{made}"
+            )
+        elif kind == "control.review" and (body["fit_alert"] or body["controllability_alert"]):
+            lines.append(
+                f"    review at {body['point'] // 10} %: fit {body['fit_pm']} per-mille, "
+                f"controllability {body['controllability_pm']} per-mille -> alert"
+            )
+    head = f"  control: phase {phase}, configuration version {version}, {steps} steps"
+    return [head, *lines] if steps or lines else []
+
+
 def check_continuable(state: Path, run_id: str) -> None:
     """A continue needs a run that ended blocked or incomplete, or one that crashed (no
     ``run.end``): refused before anything is written (a resume no run answers would stay

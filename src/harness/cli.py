@@ -476,13 +476,15 @@ def status(
     runs = sorted(set(run_ids)) if run_ids else known_runs(state)
     if not runs:
         typer.echo("no runs")
-    from harness.orchestrate.state import last_status
+    from harness.orchestrate.state import control_lines, last_status
 
     for run_id in runs:
         run_status, _ = last_status(state, run_id)
         typer.echo(f"run {run_id}" + (f": {run_status}" if run_status else ""))
         for task, task_state in sorted(task_states(state, run_id).items()):
             typer.echo(f"  {task:12} {task_state}")
+        for line in control_lines(state, run_id):
+            typer.echo(line)
 
 
 @app.command("abandon")
