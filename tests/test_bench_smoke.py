@@ -34,6 +34,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["supervise.py", "--entries", "200", "--procs", "2", "--sleep", "0.1"],
         ["rounds.py", "--steps", "1,2"],
         ["bus.py", "--commands", "20", "--polls", "50"],
+        ["control.py", "--steps", "300"],
         ["review.py", "--calls", "200", "--hooks", "2"],
     ],
     ids=lambda args: args[0],

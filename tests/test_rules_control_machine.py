@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from harness.verify.rules import configchain
+from harness.verify.rules import configchain, meta
 from harness.verify.rules.controller import (
     Controller,
     Decision,
@@ -486,18 +486,24 @@ def test_step_of_reads_the_body() -> None:
 # ---- parameters and helpers ------------------------------------------------------------------
 
 
+CONTROL_MEMBERS = {
+    "threshold": 30,
+    "cusum_warmup": 3,
+    "cusum_k_pm": 500,
+    "cusum_h_pm": 2000,
+    "aggregate_agents": 3,
+    "rate_window": 10,
+    "phase_bounds": [250, 750, 900],
+}
+
+
 def test_parse_params_defaults_and_record() -> None:
     p = parse_params(None)
     assert p == Params() == parse_params({})
-    assert Params().record() == {
-        "threshold": 30,
-        "cusum_warmup": 3,
-        "cusum_k_pm": 500,
-        "cusum_h_pm": 2000,
-        "aggregate_agents": 3,
-        "rate_window": 10,
-        "phase_bounds": [250, 750, 900],
-    }
+    record = Params().record()
+    assert {name: record[name] for name in CONTROL_MEMBERS} == CONTROL_MEMBERS
+    # the rest of the table is the meta layer's (verify/rules/meta.py)
+    assert set(record) - set(CONTROL_MEMBERS) <= set(meta.META_RANGES)
     table = {"threshold": 20, "cusum_k_pm": 0, "phase_bounds": [0, 1001, 1001]}
     got = parse_params(table)
     assert isinstance(got, Params)
@@ -506,10 +512,9 @@ def test_parse_params_defaults_and_record() -> None:
 
 
 def test_parse_params_refusals() -> None:
-    assert parse_params({"thresh": 1}) == (
-        "unknown member 'thresh' (known: aggregate_agents, cusum_h_pm, cusum_k_pm, "
-        "cusum_warmup, phase_bounds, rate_window, threshold)"
-    )
+    known = ", ".join(sorted(Params().record()))
+    assert parse_params({"thresh": 1}) == f"unknown member 'thresh' (known: {known})"
+    assert "aggregate_agents, " in known and "threshold" in known
     assert parse_params({"threshold": 0}) == "threshold: an integer between 1 and 1000"
     assert parse_params({"threshold": True}) == "threshold: an integer between 1 and 1000"
     assert parse_params({"cusum_h_pm": 0}) == "cusum_h_pm: an integer between 1 and 100000"
