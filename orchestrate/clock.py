@@ -24,6 +24,12 @@ class LogicalClock:
         date, _, _ = self.start.partition("T")
         return f"{date}T{hours:02d}:{minutes:02d}:{seconds:02d}.{micros:06d}Z"
 
+    def peek(self) -> str:
+        """The last reading, without advancing: for a look at the time that records nothing
+        (the event bus's tick), so record times never depend on how often the loop ticks."""
+        self.tick -= 1
+        return self()
+
 
 def wall_clock() -> str:
     return utc_now()

@@ -168,6 +168,7 @@ class Runtime(RunCore):
             if self.poll_bus():
                 return False
             self.recorder.seal_due()  # progressive sealing goes on while agents run
+            self.events.tick()  # expiry and escalation on the run's clock
             processes = [proc for job in window for proc in job.processes()]
             wait_any(processes, 0.25)
 

@@ -36,6 +36,7 @@ from harness.verify.records import (
     RECORD_VERSION,
     RUN_ID_RE,
     STORES,
+    TIME_RE,
     check_body,
     parse_record_line,
     split_mac,
@@ -61,6 +62,8 @@ class Appended:
     mac: str
     leaf_hash: bytes
     line: bytes
+    time: str = ""
+    """The record's ``time`` (one value for the whole batch)."""
 
 
 def utc_now() -> str:
@@ -259,14 +262,20 @@ class StoreWriter:
         """Append one record; returns once it is durable."""
         return self.append_many([(kind, body)])[0]
 
-    def append_many(self, items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[Appended]:
-        """Group commit: append records with one write and one fsync; all or none."""
+    def append_many(
+        self, items: Iterable[tuple[str, Mapping[str, Any]]], *, not_before: str | None = None
+    ) -> list[Appended]:
+        """Group commit: append records with one write and one fsync; all or none.
+        ``not_before``: a time the batch's ``time`` must not precede (the event bus's
+        expiries are never recorded before their deadline, whatever the clock says)."""
+        if not_before is not None and not TIME_RE.fullmatch(not_before):
+            raise ValueError(f"not_before {not_before!r} is not a record time")
         batch = list(items)
         if not batch:
             return []
         with self._locked():
             self._catch_up()
-            results = self._write(batch)
+            results = self._write(batch, not_before)
         if self._after_append is not None:
             self._after_append(self)  # outside the lock: it may sign a checkpoint
         return results
@@ -320,12 +329,14 @@ class StoreWriter:
                     f"{self.store} record {seq}: {len(line)} bytes, over the {MAX_LINE_BYTES}-byte "
                     "line limit readers enforce"
                 )
-            results.append(Appended(seq, mac.hex(), leaf_hash(line), line))
+            results.append(Appended(seq, mac.hex(), leaf_hash(line), line, now))
             seq += 1
         return results
 
-    def _write(self, batch: list[tuple[str, Mapping[str, Any]]]) -> list[Appended]:
-        now = max(self._clock(), self._last_time)
+    def _write(
+        self, batch: list[tuple[str, Mapping[str, Any]]], not_before: str | None = None
+    ) -> list[Appended]:
+        now = max(self._clock(), self._last_time, not_before or "")
         results = self._encode(batch, now)
         data = b"".join(appended.line + b"\n" for appended in results)
         try:

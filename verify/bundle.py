@@ -102,7 +102,7 @@ from .storecheck import (
 
 VERIFY_ORDER: Final = FOLD_ORDER
 """Audit before lineage (which tasks merged decides which writes are final artifacts); the
-archive's sorted order (audit, control, lineage, replay) satisfies it."""
+archive's sorted order (audit, control, events, lineage, replay) satisfies it."""
 
 Progress = Callable[[str, int], None]
 KeepMember = Callable[[str], bool]
@@ -465,7 +465,7 @@ class _Pass:
             run.semantics = run_semantics(
                 run.claim.run, run.small.get(plan_member(run.claim.run)), run.small
             )
-        semantics = run.semantics if store in ("audit", "control", "lineage") else None
+        semantics = run.semantics if store in ("audit", "control", "events", "lineage") else None
         counts = self.counts
 
         def fold(record: Record, line: bytes) -> None:
@@ -494,6 +494,8 @@ class _Pass:
                         semantics.audit(record, where)
                     elif store == "control":
                         semantics.control(record, where)
+                    elif store == "events":
+                        semantics.events(record, where)
                     elif semantics.declared:  # as check_run_semantics: no tasks, no lineage pass
                         semantics.lineage(record, where)
                 except VerificationError as exc:

@@ -72,8 +72,9 @@ class FinalArtifacts:
         return [self._latest[path] for path in sorted(self._latest)]
 
 
-FOLD_ORDER: Final = ("audit", "lineage", "replay", "control")
-"""Order in which builder and verifier fold a run's stores: audit before lineage."""
+FOLD_ORDER: Final = ("audit", "lineage", "replay", "control", "events")
+"""Order in which builder and verifier fold a run's stores: audit before lineage (and before
+events, whose messages cite audit records)."""
 
 
 class MergeFacts:

@@ -534,5 +534,27 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
         },
         "store.recovered": QUARANTINE_BODY,
     },
+    "events": {  # the event bus (docs/spec/events.md); ids are events seqs, causes audit seqs
+        "event.message": {
+            "partition": (True, _str),
+            "source": (True, _str),
+            "to": (True, _str),
+            "tier": (True, _str),
+            "ttl_ms": (True, _nat),
+            "topic": (True, _str),
+            "cause": (True, _nat),
+            "text": (True, _str),
+            "escalates": (True, _opt_nat),
+        },
+        "event.handled": {
+            "message": (True, _nat),
+            "by": (True, _str),
+            "cause": (True, _nat),
+        },
+        "event.expired": {
+            "message": (True, _nat),
+        },
+        "store.recovered": QUARANTINE_BODY,
+    },
 }
 """Record kinds each store accepts, and the members of each kind's body. Unknown kinds fail."""

@@ -86,7 +86,7 @@ __all__ = [
 they stay importable from here."""
 
 RECORD_VERSION: Final = 2
-STORES: Final = ("lineage", "audit", "replay", "control")
+STORES: Final = ("lineage", "audit", "replay", "control", "events")
 MAC_HEX_LEN: Final = 64
 MAX_LINE_BYTES: Final = 1 << 20
 """A store line longer than this (1 MiB) is refused: bounded memory per record."""

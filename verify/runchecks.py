@@ -1,7 +1,8 @@
 """The per-run folds that ``harness.verify.semantics`` runs beside its own lifecycle check.
 
-Each check sees a run's audit records in store order, then its control records, then its
-lineage records (the bundle's member order), then ``finish``; it raises a
+Each check sees a run's audit records in store order, then its control records, then (if
+it is an ``EventsReader``) its events records, then its lineage records (the bundle's member
+order), then ``finish``; it raises a
 ``VerificationError`` subclass naming the record (``where``) and the reason. One module per
 concern (write locks, budgets, attempts, ...) keeps ``semantics`` small; this
 registry is the one place that lists them, in the order they run.
@@ -10,7 +11,7 @@ registry is the one place that lists them, in the order they run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .canonical import parse_canonical
 from .errors import VerificationError
@@ -27,6 +28,14 @@ class RunCheck(Protocol):
     def lineage(self, record: Record, where: str) -> None: ...
 
     def finish(self) -> None: ...
+
+
+@runtime_checkable
+class EventsReader(Protocol):
+    """A run check that also reads the run's events store (after its control records, before
+    its lineage records): the bus check. Others need not implement it."""
+
+    def events(self, record: Record, where: str) -> None: ...
 
 
 RunCheckFactory = Callable[[str, bytes | None], RunCheck]
@@ -59,6 +68,7 @@ def run_checks(
     from .attemptcheck import attempt_check
     from .budgetcheck import budget_check
     from .commandcheck import command_check
+    from .eventcheck import event_check
     from .lifecyclecheck import lifecycle_check
     from .lockcheck import lock_check
     from .reviewcheck import review_check
@@ -74,5 +84,6 @@ def run_checks(
         lifecycle_check,
         lambda run, plan: round_check(run, plan, members),
         review_check,
+        event_check,
     ]
     return [make(run, plan) for make in makers]

@@ -26,7 +26,7 @@ from .fsm import INITIAL, TaskState, is_legal
 from .layout import plan_member
 from .policycheck import PolicyCheck
 from .records import Record
-from .runchecks import RunCheck, run_checks
+from .runchecks import EventsReader, RunCheck, run_checks
 
 
 class SemanticsError(VerificationError):
@@ -134,6 +134,12 @@ class RunSemantics:
         for check in self.checks:
             check.control(record, where)
 
+    def events(self, record: Record, where: str) -> None:
+        """An events store record: only the checks that read the bus see them."""
+        for check in self.checks:
+            if isinstance(check, EventsReader):
+                check.events(record, where)
+
     def lineage(self, record: Record, where: str) -> None:
         if self.policy is not None:
             self.policy.lineage(record, where)
@@ -179,15 +185,18 @@ def check_run_semantics(
     plan: bytes | None = None,
     control: Iterable[tuple[Record, str]] = (),
     members: Mapping[str, bytes] | None = None,
+    events: Iterable[tuple[Record, str]] = (),
 ) -> RunSemantics:
-    """Check one run; ``audit``/``control``/``lineage`` yield (record, location) in store
-    order, ``plan`` is the run's plan member (None when the bundle has none), ``members`` its
-    rounds text members by name."""
+    """Check one run; ``audit``/``control``/``events``/``lineage`` yield (record, location) in
+    store order, ``plan`` is the run's plan member (None when the bundle has none), ``members``
+    its rounds text members by name."""
     semantics = run_semantics(run, plan, members)
     for record, where in audit:
         semantics.audit(record, where)
     for record, where in control:
         semantics.control(record, where)
+    for record, where in events:
+        semantics.events(record, where)
     if semantics.declared:  # without runtime records there is nothing to attribute: skip the pass
         for record, where in lineage:
             semantics.lineage(record, where)

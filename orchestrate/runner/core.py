@@ -22,7 +22,9 @@ from harness.verify.rules.phases import SETTLED
 from ..budgeting import RunBudget
 from ..capabilities import CapabilityMatrix, Denial
 from ..capsule import capsule_digest
+from ..clock import LogicalClock
 from ..control import RunControl
+from ..events import EventBus
 from ..model import Plan, TaskSpec
 from ..replay import Journal
 from ..review.desk import review_tick
@@ -117,6 +119,10 @@ class RunCore:
         """The control layers (sensors, I/D layers, phases, configuration versions)."""
         self.control_begun = False
         """True once configuration version 1 is recorded (or read back on resume)."""
+        self.events = EventBus(
+            self.recorder, clock.peek if isinstance(clock, LogicalClock) else clock
+        )
+        """The event bus: publishes after every audit group commit (docs/spec/events.md)."""
         self._pending: list[tuple[str, Mapping[str, Any]]] = []
         self.merged: list[str] = []
         self.prechecked: set[str] = set()
@@ -150,7 +156,8 @@ class RunCore:
         """Append the queued audit records in one group commit (see ``audit``)."""
         if self._pending:
             pending, self._pending = self._pending, []
-            self.recorder.store("audit").append_many(pending)
+            acks = self.recorder.store("audit").append_many(pending)
+            self.events.audited(pending, acks)
 
     @property
     def desk(self) -> Any:

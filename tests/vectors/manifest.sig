@@ -1,4 +1,4 @@
 harness-verify/v1/bundle
-d6e602a5666bb5af40cb7dd61cebf3ffa597e49b5a0fce5664e3fb2a6ff0ed59
+49c8679e75fbeae1b15915a685b8c4b6a8fe53119ca6adaf55bddaa0236b2c5f
 
-— harness-34750f98bd59fcfc 063XayEhZpaG4CELyt3obik4xTvrfDSX3JrbTmjokh+XsOOZ2xMZ0m3B85+Nz6F/T2WghjP+6EIWWAFZsMht9uLx/gs=
+— harness-34750f98bd59fcfc 063Xa4hWwCuErszlaztsUdMglJk3sZagYL1rJp3pKNArFX44U9rr9frjFycTPZDIV2KwPwS17cLcuS2ywxsWcbvvzA8=
