@@ -1,0 +1,199 @@
+"""The control layers in a real run: real worktrees, real gates, the scripted agent.
+
+An agent that fails its gate on every attempt walks the whole toolbox — a neutral template
+change and an expanding toolchain change (both through the slow channel, each a new
+configuration version whose parent is the previous one), a split, then escalation once the
+phase's restructuring bounds are spent — and every attempt loads the version in force at
+its spawn. A resumed runtime folds the same records into the same controller state, and
+``harness status`` shows what the controller did. The evidence verifies.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.orchestrate.capabilities import DEFAULT_MATRIX
+from harness.orchestrate.clock import LogicalClock
+from harness.orchestrate.control import RunControl
+from harness.orchestrate.demo import make_repo
+from harness.orchestrate.plan import parse_plan
+from harness.orchestrate.runner.resume import audit_objects
+from harness.orchestrate.runtime import Runtime
+from harness.orchestrate.state import control_lines
+from harness.receipts.bundle import export_bundle
+from harness.verify.bundle import verify_bundle
+from harness.verify.policy import TrustPolicy
+from harness.verify.rules import configchain
+
+from .evidence_helpers import make_keys
+
+KEYS = make_keys(13)
+DATE = "2026-01-01T00:00:00+00:00"
+GATE = {
+    "name": "unit-tests",
+    "command": [sys.executable, "-m", "unittest", "discover", "-s", "tests", "-t", "."],
+    "timeout_s": 60,
+}
+BROKEN = "def add(a, b):\n    return a - b\n"
+
+
+def _plan(**control: Any) -> dict[str, Any]:
+    return {
+        "plan": {
+            "name": "control",
+            "settle_ticks": 1,
+            "max_attempts": 5,
+            # one anomaly crosses; the run stays in implement (3 switches, 1 topology change)
+            "control": {"threshold": 10, "phase_bounds": [0, 1001, 1001], **control},
+        },
+        "task": [
+            {
+                "id": "fix",
+                "role": "fixer",
+                "prompt": "Refactor add.",
+                "scope": ["calc.py"],
+                "tools": ["edit", "web"],
+                "gates": [GATE],
+                "edits": [{"path": "calc.py", "content": BROKEN}],
+            }
+        ],
+    }
+
+
+def _run(repo: Path, plan: dict[str, Any]) -> Runtime:
+    make_repo(repo)
+    runtime = Runtime(
+        repo=repo,
+        plan=parse_plan(plan),
+        state_dir=repo / ".harness",
+        keys=KEYS,
+        run_id="r1",
+        clock=LogicalClock(),
+        capabilities=DEFAULT_MATRIX,
+        git_date=DATE,
+        grace_s=0.5,
+    )
+    runtime.run()
+    return runtime
+
+
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Runtime, list[dict[str, Any]]]:
+    repo = tmp_path_factory.mktemp("control") / "repo"
+    runtime = _run(repo, _plan())
+    return runtime, list(audit_objects(repo / ".harness", "r1"))
+
+
+def _bodies(audit: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj["body"] for obj in audit if obj["kind"] == kind]
+
+
+def test_a_failing_agent_walks_the_toolbox_then_escalates(walked: Any) -> None:
+    _, audit = walked
+    decisions = _bodies(audit, "control.decision")
+    agent = [d for d in decisions if d["key"] == "agent:fixer"]
+    assert [(d["step"], d["action"], d["config"]) for d in agent] == [
+        (1, "template", 2),
+        (2, "toolchain", 3),
+        (3, "split", None),
+        (4, "escalate", None),
+        (5, "escalate", None),
+    ]
+    assert all(d["class"] == "test" and d["level"] == d["threshold"] == 10 for d in agent)
+    versions = _bodies(audit, "config.version")
+    assert [(v["version"], v["change"], v["channel"]) for v in versions] == [
+        (1, "initial", "initial"),
+        (2, "neutral", "slow"),
+        (3, "expand", "slow"),
+    ]
+    for parent, child in itertools.pairwise(versions):
+        assert (
+            child["parent"] == parent["sha256"] == configchain.document_sha256(parent["document"])
+        )
+    entry = versions[2]["document"]["agents"]["fixer"]
+    assert entry == {"template": "focused", "add": ["shell"], "drop": [], "gates_in_prompt": True}
+    spawns = _bodies(audit, "agent.spawn")
+    assert [(s["attempt"], s["config"]) for s in spawns] == [(1, 1), (2, 2), (3, 3), (4, 3), (5, 3)]
+
+
+def test_every_attempt_ending_is_one_step_with_its_readings(walked: Any) -> None:
+    _, audit = walked
+    steps = _bodies(audit, "control.sensor")
+    assert [(s["step"], s["attempt"], s["class"], s["phase"]) for s in steps] == [
+        (n, n, "test", "implement") for n in range(1, 6)
+    ]
+    for step in steps:
+        readings = {r["sensor"]: r for r in step["readings"]}
+        assert readings["outcome"]["value"] == 1 and readings["outcome"]["anomaly"] is True
+        assert readings["restarts"]["value"] == step["attempt"] - 1
+        assert readings["tests"] == {
+            "sensor": "tests", "tier": 1, "value": 1, "anomaly": True, "trigger": None,
+        }  # fmt: skip
+        assert readings["pace_ms"]["trigger"] == "anomaly"  # the failure turns pace on
+        assert "pace_tokens" not in readings  # the agent reported no usage
+
+
+def test_the_configured_strategy_reaches_the_next_attempt(walked: Any) -> None:
+    runtime, _ = walked
+    # The last configuration in force: the task's tools as its agent now runs them.
+    task = runtime.control.configure(runtime.specs["fix"])
+    assert task.tools == ("edit", "shell", "web")
+    assert "Strategy (focused)" in task.prompt
+    assert "run these checks yourself" in task.prompt and "unittest" in task.prompt
+
+
+def test_a_resumed_runtime_folds_the_records_into_the_same_controller(walked: Any) -> None:
+    runtime, audit = walked
+    live = runtime.control.machine
+    folded = RunControl(runtime)
+    for obj in audit:
+        folded.replay(obj["kind"], obj["body"], obj["time"])
+    again = folded.machine
+    assert (again.steps, again.version, again.sha256, again.phase) == (
+        live.steps,
+        live.version,
+        live.sha256,
+        live.phase,
+    )
+    assert again.document == live.document and again.windows == live.windows
+    assert {k: a.__dict__ for k, a in again.agents.items()} == {
+        k: a.__dict__ for k, a in live.agents.items()
+    }
+
+
+def test_status_shows_what_the_controller_did(walked: Any) -> None:
+    runtime, _ = walked
+    lines = control_lines(runtime.state_dir, "r1")
+    assert lines[0] == "  control: phase implement, configuration version 3, 5 steps"
+    assert lines[1].split() == [
+        "step", "1", "I", "bucket", "agent:fixer", "10/10", "(test)", "->", "template",
+        "(version", "2)",
+    ]  # fmt: skip
+    assert sum("-> escalate" in line for line in lines) == 2
+
+
+def test_the_evidence_verifies(walked: Any, tmp_path: Path) -> None:
+    runtime, _ = walked
+    bundle = export_bundle(runtime.state_dir, tmp_path / "bundle.tar", KEYS).path
+    report = verify_bundle(
+        bundle, pins=TrustPolicy(frozenset({KEYS.key_id}), "t"), hmac_master=KEYS.hmac_master
+    )
+    assert report.status.value == "verified", report.failure
+
+
+def test_an_inconsistent_expansion_is_never_applied(tmp_path: Path) -> None:
+    """A task with ``secrets`` (private data): adding ``shell`` (untrusted input, external
+    communication) would complete the lethal trifecta, so the slow channel's consistency
+    check refuses the toolchain change and the toolbox goes on to the split."""
+    plan = _plan()
+    plan["task"][0]["tools"] = ["edit", "secrets"]
+    runtime = _run(tmp_path / "repo", plan)
+    audit = list(audit_objects(runtime.state_dir, "r1"))
+    actions = [d["action"] for d in _bodies(audit, "control.decision") if d["key"] == "agent:fixer"]
+    assert actions[:3] == ["template", "split", "escalate"]
+    assert [v["version"] for v in _bodies(audit, "config.version")] == [1, 2]
