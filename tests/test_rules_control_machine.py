@@ -533,3 +533,35 @@ def test_subtree_of() -> None:
     assert subtree_of(["s[rc]/x"]) == "."
     assert subtree_of(["?/x"]) == "."
     assert subtree_of([]) == "."
+
+
+# ---- the meta layer inside the controller -----------------------------------------------------
+
+
+def test_selftest_probes_land_in_the_shadow_key_only() -> None:
+    # every 2: probes at steps 2 and 4 (outcome=1, then tests=1), each a meta decision; the
+    # real buckets see only the real steps: a fails at 1 and 3 (M = 30: 10, then 20 - no
+    # decision), while the shadow key holds the two probes (20).
+    c = machine(meta=meta.MetaParams(selftest_every=2))
+    got = decisions(run(c, [step("a", "test"), step("a"), step("a", "test"), step("a")]))
+    assert got == [
+        Decision(2, "meta", "selftest", "selftest:a", 1, 0, "outcome", "detected", None),
+        Decision(4, "meta", "selftest", "selftest:a", 1, 0, "tests", "detected", None),
+    ]
+    assert c._level("agent:a") == 18  # 10, 9, 19, 18
+    assert c._level("selftest:a") == 20
+    assert c.version == 1 and c.fires == 2  # the two real failures
+
+
+def test_reviews_at_the_progress_points() -> None:
+    # 3 failed steps (scope, scope, test) and one landing; the template change at step 3
+    # (M = 20: a's crossing at its second failure) is followed by a's landing at step 4.
+    c = machine(threshold=20)
+    run(c, [step("a", "scope"), step("b", "scope"), step("a", "test"), step("a")])
+    previous = c.progress
+    c.settle(600)  # from 0 to 600: the 250 and 500 points
+    got = c.reviews(previous, heightened=False)
+    assert [r.point for r in got] == [250, 500]
+    # fit: 2 of 3 failures are refusals: 666 > 300; controllability: 1 change, followed.
+    assert got[0] == meta.Review(250, 3, 2, 666, True, 1, 1, 1000, False)
+    assert c.reviews(600, heightened=False) == ()

@@ -11,6 +11,7 @@ back with ``step_of`` (the verifier's and a resumed runtime's path).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.verify.rules import bucket, configchain, cusum, strategy
+from harness.verify.rules import bucket, configchain, cusum, meta, strategy
 from harness.verify.rules.controller import (
     PARAM_RANGES,
     Controller,
@@ -301,3 +302,24 @@ def test_windows_stay_bounded_and_buckets_in_range(params: Params, ops: list[Ste
         for key, window in c.windows.items():
             assert len(window) <= 20
             assert 0 <= c._level(key) <= 10 * c.profile.window
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(PARAMS, OPS, st.integers(1, 5))
+def test_selftest_never_changes_a_real_outcome(
+    params: Params, ops: list[Step | int], every: int
+) -> None:
+    plain = _machine(params)
+    probed = _machine(dataclasses.replace(params, meta=meta.MetaParams(selftest_every=every)))
+    for op in ops:
+        if isinstance(op, int):
+            assert plain.settle(op) == probed.settle(op)
+            continue
+        a, b = plain.observe(op), probed.observe(op)
+        real = tuple(d for d in b.decisions if d.layer != "meta")
+        probes = [d for d in b.decisions if d.layer == "meta"]
+        assert (a.readings, a.decisions, a.versions) == (b.readings, real, b.versions)
+        assert [(d.key, d.action) for d in probes] == (
+            [(f"selftest:{op.agent}", "detected")] if b.step % every == 0 else []
+        )
+    assert plain.made == probed.made
