@@ -565,3 +565,59 @@ def test_reviews_at_the_progress_points() -> None:
     # fit: 2 of 3 failures are refusals: 666 > 300; controllability: 1 change, followed.
     assert got[0] == meta.Review(250, 3, 2, 666, True, 1, 1, 1000, False)
     assert c.reviews(600, heightened=False) == ()
+
+
+def test_the_spec_worked_example() -> None:
+    # docs/spec/control-layers.md §10, value for value: the demo's [plan.control], the
+    # tuner's two failing attempts of stats (40 ms, 1000 tokens, paths in two modules).
+    params = parse_params({"threshold": 20, "cusum_warmup": 2, "phase_bounds": [0, 750, 900]})
+    assert isinstance(params, Params)
+    c = Controller(
+        params, {"tuner": [("scripted", ["edit"])]}, risky=RISKY.__contains__, denied=_denied
+    )
+    assert c.phase == "implement"
+    steps = [
+        Step(
+            "stats",
+            "tuner",
+            subtree_of(["stats.py", "tests/test_stats.py"]),
+            attempt,
+            "test",
+            {"outcome": 1, "restarts": attempt - 1, "tests": 1},
+            {"pace_ms": 40, "pace_tokens": 1000, "backtrack": 0, "loop": 1, "modules": 2,
+             "contract": 0},
+        )
+        for attempt in (1, 2)
+    ]  # fmt: skip
+    one, two = run(c, steps)
+    assert [(r.sensor, r.value, r.anomaly, r.trigger) for r in one.readings] == [
+        ("outcome", 1, True, None),
+        ("restarts", 0, False, None),
+        ("tests", 1, True, None),
+        ("pace_ms", 40, False, "anomaly"),
+        ("pace_tokens", 1000, False, "anomaly"),
+        ("loop", 1, False, "anomaly"),
+        ("modules", 2, False, "cross-module"),
+    ]
+    assert one.decisions == ()
+    assert [d.record() for d in two.decisions] == [
+        {"step": 2, "layer": "I", "rule": "bucket", "key": "agent:tuner", "level": 20,
+         "threshold": 20, "class": "test", "action": "template", "config": 2}
+    ]  # fmt: skip
+    assert two.versions[0].record("<HEAD>") == {
+        "version": 2,
+        "parent": "ca41e4df7369004f9714114ab5fcc4c3511daae3c0290c0bc565219a2846b54e",
+        "sha256": "dd44fab3e7900d9da13a830729b5f4c246fc1303984567fc1741947d91023e9f",
+        "document": {
+            "format": "harness.control-config/1",
+            "agents": {
+                "tuner": {"template": "focused", "add": [], "drop": [], "gates_in_prompt": False}
+            },
+        },
+        "change": "neutral",
+        "channel": "slow",
+        "step": 2,
+        "impact": ["tuner"],
+        "snapshot": "<HEAD>",
+    }
+    assert c.windows["agent:tuner"] == [] and c.windows["subtree:stats.py"] == []
