@@ -658,6 +658,18 @@ def test_closing_a_batch_denies_what_waits_and_records_it(tmp_path: Path) -> Non
     assert len(events) == 3
 
 
+def test_an_approval_that_comes_as_the_agent_ends_is_not_used(tmp_path: Path) -> None:
+    events: list[Any] = []
+    desk, path = _desk(tmp_path, events, wait_s=30)
+    client = _send(path, _call("Bash", command="git push"))
+    _poll_until(desk, lambda: 1 in desk.gates["b0001"].waiting)
+    assert desk.approve("c1", "b0001/1")[0] == "applied"
+    desk.close("b0001")  # before the tick that would have used it
+    body = events[0][2]
+    assert (body["decision"], body["approval"]) == ("deny", None)
+    assert rv_answer(_answer(client))[0] == "deny"
+
+
 def test_bounds_on_waiting_calls_open_connections_and_requests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -107,13 +107,6 @@ class _Gate:
     reading: list[_Conn] = field(default_factory=list)
     waiting: dict[int, _Waiting] = field(default_factory=dict)
 
-    def fds(self) -> list[socket.socket]:
-        return [
-            self.listener,
-            *(c.sock for c in self.reading),
-            *(w.sock for w in self.waiting.values()),
-        ]
-
 
 class ReviewDesk:
     """A run's review gates (see the module docstring)."""
@@ -160,11 +153,13 @@ class ReviewDesk:
         return path
 
     def close(self, batch: str) -> None:
-        """The agent has ended: deny and record what waits, drop the rest, remove the socket."""
+        """The agent has ended: deny and record what waits (an approval that came too late
+        included), drop the rest, remove the socket."""
         gate = self.gates.pop(batch, None)
         if gate is None:
             return
         for number in sorted(gate.waiting):
+            gate.waiting[number].approval = None  # its agent is gone: the call cannot run
             self._finish(gate, number)
         for conn in gate.reading:
             conn.sock.close()
