@@ -767,3 +767,38 @@ def test_a_call_is_decided_under_the_phase_in_force_when_it_is_decided(tmp_path:
         "converge", "deny", rv.R_STRICTEST, None,
     )  # fmt: skip
     assert rv_answer(_answer(client))[0] == "deny"
+
+
+# ---- the Claude adapter's hook settings ----------------------------------------------------
+
+
+def test_the_claude_adapter_passes_the_hook_in_its_settings(tmp_path: Path) -> None:
+    from harness.orchestrate.adapters.claude import ClaudeAdapter
+    from harness.orchestrate.model import ProcResult
+    from harness.orchestrate.review import hook_argv, hook_timeout_s
+
+    from .test_adapter_roles import request
+
+    made = request(tmp_path)
+    plain = ClaudeAdapter()
+    wired = dataclasses.replace(plain, review_hook=hook_argv(), review_timeout_s=hook_timeout_s(7))
+    assert plain.argv(made) == ["claude", "-p", "--output-format", "json", "--permission-mode",
+                                "acceptEdits"]  # fmt: skip
+    argv = wired.argv(made)
+    assert argv[: len(plain.argv(made))] == plain.argv(made)  # its existing flags, kept
+    assert argv[-2] == "--settings"
+    settings = json.loads(argv[-1])
+    assert settings == {
+        "disableAllHooks": False,
+        "hooks": {"PreToolUse": [{"matcher": "*", "hooks": [{
+            "type": "command", "timeout": 27,
+            "command": f"{sys.executable} -m harness.cli_hook pre-tool-use"}]}]},
+    }  # fmt: skip
+    answer = json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                         "result": "ok"}).encode()  # fmt: skip
+    output = wired.parse(made, ProcResult(0, None, False, 1, answer, b""))
+    assert output.ok
+    flags = output.model_calls[0].parameters["flags"]
+    assert "--settings" not in flags and flags == plain.flags(made)  # the replay key is unchanged
+    manager = request(tmp_path / "m", "manager")
+    assert wired.policy_flags(manager) == plain.policy_flags(manager)
