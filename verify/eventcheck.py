@@ -120,21 +120,8 @@ class EventCheck:
 
     def _message(self, record: Record, where: str) -> None:
         body = record.body
+        _route(body, where)
         self.messages += 1
-        source, to = str(body["source"]), str(body["to"])
-        if rule.parent(source) != to:
-            raise EventError(
-                f"{where}: a message from {source!r} to {to!r}: the only route from a source "
-                f"is to its direct supervisor ({rule.parent(source)!r}); no side channels"
-            )
-        tier = str(body["tier"])
-        if tier not in rule.TTL_MS:
-            raise EventError(f"{where}: unknown tier {tier!r} (tiers: {', '.join(rule.TIERS)})")
-        if body["ttl_ms"] != rule.TTL_MS[tier]:
-            raise EventError(
-                f"{where}: a {tier} message has ttl_ms {body['ttl_ms']}; the tier's TTL is "
-                f"{rule.TTL_MS[tier]}"
-            )
         escalates = body["escalates"]
         expected: _Expected | None = None
         if escalates is None:
@@ -157,6 +144,7 @@ class EventCheck:
         self.open[record.seq] = _Open(want, rule.deadline_us(record.time, want.ttl_ms), expected)
 
     def _escalated(self, record: Record, due: rule.Message, where: str) -> None:
+        _route(record.body, where)
         _same(due.record(), record.body, where)
         self.messages += 1
         self.open[record.seq] = _Open(due, rule.deadline_us(record.time, due.ttl_ms), None)
@@ -234,6 +222,25 @@ class EventCheck:
                     f"{_answer(state)}"
                     " but never recorded as handled"
                 )
+
+
+def _route(body: Mapping[str, Any], where: str) -> None:
+    """The rules every message obeys, whatever its cause: its recipient is its source's
+    direct supervisor, and its TTL is its tier's."""
+    source, to = str(body["source"]), str(body["to"])
+    if rule.parent(source) != to:
+        raise EventError(
+            f"{where}: a message from {source!r} to {to!r}: the only route from a source "
+            f"is to its direct supervisor ({rule.parent(source)!r}); no side channels"
+        )
+    tier = str(body["tier"])
+    if tier not in rule.TTL_MS:
+        raise EventError(f"{where}: unknown tier {tier!r} (tiers: {', '.join(rule.TIERS)})")
+    if body["ttl_ms"] != rule.TTL_MS[tier]:
+        raise EventError(
+            f"{where}: a {tier} message has ttl_ms {body['ttl_ms']}; the tier's TTL is "
+            f"{rule.TTL_MS[tier]}"
+        )
 
 
 def _answer(state: _Open) -> int | None:

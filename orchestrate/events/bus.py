@@ -17,7 +17,7 @@ recorded before its deadline (``not_before``), whatever the clock says.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,13 +36,11 @@ class _Open:
     handler: rule.Handler | None
 
 
-class EventBus:
-    """One run's bus: the only writer of its ``events`` store."""
+class BusState:
+    """What the bus knows (open messages, who answers them) and the batch it is building:
+    no I/O, so the runtime's bus and ``derive`` (tests, tools) publish the same records."""
 
-    def __init__(self, recorder: RunRecorder, now: Callable[[], str]) -> None:
-        """``now``: reads the run's clock for ``tick`` (without advancing a logical one)."""
-        self.recorder = recorder
-        self.now = now
+    def __init__(self) -> None:
         self.role_of: dict[str, str] = {}
         self.open: dict[int, _Open] = {}
         """Messages neither handled nor expired, by events seq."""
@@ -57,60 +55,16 @@ class EventBus:
         self._base = 0
         self._floor = ""
 
-    # ---- the runtime's calls ----------------------------------------------------------
-    def audited(self, records: Sequence[Item], acks: Sequence[Appended]) -> None:
-        """A group commit of the audit store returned: publish, answer and expire."""
-        if not acks:
-            return
-        if not self.loaded:
-            self.load(upto=acks[0].seq)
-        self._start(acks[-1].time)
-        for (kind, body), ack in zip(records, acks, strict=True):
-            self._fold(kind, body, ack.seq, ack.time)
-        self._expire(rule.time_us(acks[-1].time))
-        self._commit()
-
-    def tick(self) -> None:
-        """The loop's tick: expire (and escalate) what the run's clock says is overdue."""
-        if not self.loaded:
-            self.load()
-        if all(state.deadline is None for state in self.open.values()):
-            return  # nothing can expire: do not even read the clock
-        self._start("")
-        self._expire(rule.time_us(self.now()))
-        self._commit()
-
-    def load(self, upto: int | None = None) -> None:
-        """Fold the events store, then the audit records before ``upto`` (all: None), and
-        append what they call for that is missing (a crash between the two appends)."""
-        self.loaded = True
-        events = self._writer()
-        for line in _lines(events):
-            record = parse_record_line(line, "events", self.recorder.run_id)
-            self._replay(record.seq, record.kind, record.body, record.time)
-        audit = self.recorder.store("audit")
-        self._start("")
-        for line in _lines(audit):
-            record = parse_record_line(line, "audit", self.recorder.run_id)
-            if upto is not None and record.seq >= upto:
-                break
-            self._floor = max(self._floor, record.time)
-            self._fold(record.kind, record.body, record.seq, record.time)
-        self._commit()
-
-    # ---- building one batch --------------------------------------------------------------
-    def _writer(self) -> StoreWriter:
-        return self.recorder.store("events")
-
-    def _start(self, floor: str) -> None:
+    def _start(self, base: int, floor: str) -> None:
         self._items = []
-        self._base = self._writer().size
+        self._base = base
         self._floor = floor
 
     def _add(self, kind: str, body: Mapping[str, Any]) -> int:
         self._items.append((kind, body))
         return self._base + len(self._items) - 1
 
+    # ---- folding -------------------------------------------------------------------------
     def _fold(self, kind: str, body: Mapping[str, Any], seq: int, time: str) -> None:
         if kind == "task.planned":
             self.role_of.setdefault(str(body["task"]), str(body["role"]))
@@ -163,17 +117,6 @@ class EventBus:
             if up is not None:
                 self.open[self._add("event.message", up.record())] = _Open(up, None, None)
 
-    def _commit(self) -> None:
-        items, self._items = self._items, []
-        if not items:
-            return
-        acks = self._writer().append_many(items, not_before=self._floor or None)
-        assert acks[0].seq == self._base, "the events store has one writer: the run's bus"
-        for (kind, _), ack in zip(items, acks, strict=True):
-            state = self.open.get(ack.seq)
-            if kind == "event.message" and state is not None:
-                state.deadline = rule.deadline_us(ack.time, state.message.ttl_ms)
-
     # ---- resume ----------------------------------------------------------------------------
     def _replay(self, seq: int, kind: str, body: Mapping[str, Any], time: str) -> None:
         """Fold one recorded events record (the store verified as the writer opened it)."""
@@ -200,6 +143,71 @@ class EventBus:
             self.waiting.setdefault(state.handler, []).append(ref)
 
 
+class EventBus(BusState):
+    """One run's bus: the only writer of its ``events`` store."""
+
+    def __init__(self, recorder: RunRecorder, now: Callable[[], str]) -> None:
+        """``now``: reads the run's clock for ``tick`` (without advancing a logical one)."""
+        super().__init__()
+        self.recorder = recorder
+        self.now = now
+
+    # ---- the runtime's calls ----------------------------------------------------------
+    def audited(self, records: Sequence[Item], acks: Sequence[Appended]) -> None:
+        """A group commit of the audit store returned: publish, answer and expire."""
+        if not acks:
+            return
+        if not self.loaded:
+            self.load(upto=acks[0].seq)
+        self._start(self._writer().size, acks[-1].time)
+        for (kind, body), ack in zip(records, acks, strict=True):
+            self._fold(kind, body, ack.seq, ack.time)
+        self._expire(rule.time_us(acks[-1].time))
+        self._commit()
+
+    def tick(self) -> None:
+        """The loop's tick: expire (and escalate) what the run's clock says is overdue."""
+        if not self.loaded:
+            self.load()
+        if all(state.deadline is None for state in self.open.values()):
+            return  # nothing can expire: do not even read the clock
+        self._start(self._writer().size, "")
+        self._expire(rule.time_us(self.now()))
+        self._commit()
+
+    def load(self, upto: int | None = None) -> None:
+        """Fold the events store, then the audit records before ``upto`` (all: None), and
+        append what they call for that is missing (a crash between the two appends)."""
+        self.loaded = True
+        events = self._writer()
+        for line in _lines(events):
+            record = parse_record_line(line, "events", self.recorder.run_id)
+            self._replay(record.seq, record.kind, record.body, record.time)
+        audit = self.recorder.store("audit")
+        self._start(self._writer().size, "")
+        for line in _lines(audit):
+            record = parse_record_line(line, "audit", self.recorder.run_id)
+            if upto is not None and record.seq >= upto:
+                break
+            self._floor = max(self._floor, record.time)
+            self._fold(record.kind, record.body, record.seq, record.time)
+        self._commit()
+
+    def _writer(self) -> StoreWriter:
+        return self.recorder.store("events")
+
+    def _commit(self) -> None:
+        items, self._items = self._items, []
+        if not items:
+            return
+        acks = self._writer().append_many(items, not_before=self._floor or None)
+        assert acks[0].seq == self._base, "the events store has one writer: the run's bus"
+        for (kind, _), ack in zip(items, acks, strict=True):
+            state = self.open.get(ack.seq)
+            if kind == "event.message" and state is not None:
+                state.deadline = rule.deadline_us(ack.time, state.message.ttl_ms)
+
+
 _MESSAGE = tuple(name for name in rule.Message.__dataclass_fields__)
 
 
@@ -208,3 +216,13 @@ def _lines(writer: StoreWriter) -> list[bytes]:
     with writer.path.open("rb") as handle:
         data = handle.read()
     return data.split(b"\n")[:-1]
+
+
+def derive(audit: Iterable[tuple[int, str, Mapping[str, Any]]]) -> list[Item]:
+    """The events records the bus publishes for these audit records (seq, kind, body), in
+    order, when no TTL runs out between them (no expiry): for hand-built evidence."""
+    state = BusState()
+    state._start(0, "")
+    for seq, kind, body in audit:
+        state._fold(kind, body, seq, "1970-01-01T00:00:00.000000Z")
+    return list(state._items)

@@ -485,6 +485,23 @@ def status(
             typer.echo(f"  {task:12} {task_state}")
         for line in control_lines(state, run_id):
             typer.echo(line)
+        _human_messages(state, run_id)
+
+
+def _human_messages(state: Path, run_id: str) -> None:
+    """The run's open event bus messages addressed to a human (docs/spec/events.md)."""
+    from harness.orchestrate.events import human_messages
+    from harness.receipts.run import run_dir
+    from harness.verify import textsafe
+
+    messages = human_messages(run_dir(state, run_id))
+    if messages:
+        typer.echo(f"  messages for you ({len(messages)}):")
+    for message in messages:
+        typer.echo(
+            f"    [{message['tier']}] {message['time']} from {message['source']}: "
+            f"{textsafe.text(message['text'])}"
+        )
 
 
 @app.command("abandon")
