@@ -690,3 +690,25 @@ DROP_LIST = "agent 'a': drop a sorted list of distinct tool names"
 )
 def test_document_error(document: Any, expected: str | None) -> None:
     assert configchain.document_error(document) == expected
+
+
+# ---- boundaries found by mutation testing (tests/mutation.py) ---------------------------------
+
+
+def test_cusum_threshold_is_an_integer_floor() -> None:
+    # ref = 10, h = max(1, 10 * 1234 // 1000) = 12 (not 12.34); k = 0.
+    # x = 22: S = 22 - 10 - 0 = 12 >= 12: alarm (a fractional h would not alarm).
+    step = _feed(CusumParams(warmup=1, k_pm=0, h_pm=1234), [10, 22])[-1]
+    assert (step.statistic, step.threshold, step.alarm) == (12, 12, T)
+    assert type(step.threshold) is int
+
+
+def test_progress_of_a_one_task_plan() -> None:
+    # 0 * 1000 // 1 = 0 and 1 * 1000 // 1 = 1000: only an empty plan is done by definition.
+    assert (phases.progress_pm(0, 1), phases.progress_pm(1, 1)) == (0, 1000)
+
+
+def test_topology_spacing_is_exactly_ten_percent() -> None:
+    # (1001 - 901) * 1000 = 100000 < 1001 * 100 = 100100: not spaced; one step later it is.
+    assert phases.topology_spaced(901, 1001) is False
+    assert phases.topology_spaced(900, 1000) is True

@@ -322,3 +322,46 @@ def test_false_alarm_rate_is_a_per_mille(outcomes: list[str], last: int) -> None
     # floor division: rate / 1000 <= false / len < (rate + 1) / 1000
     if window:
         assert rate * len(window) <= false * 1000 < (rate + 1) * len(window)
+
+
+# ---- boundaries found by mutation testing (tests/mutation.py) ---------------------------------
+
+
+def test_default_alert_window_is_twenty() -> None:
+    # one ignored alert 21 alerts ago is outside the default window of 20
+    assert meta.false_alarm_pm([IG] + [C] * 20) == 0
+    # last 20 of IG*11 + C*10: 10 false = 500, not above 500 (the last 21 would give 523)
+    assert not meta.cries_wolf([IG] * 11 + [C] * 10)
+
+
+def test_default_false_alarm_threshold_is_500() -> None:
+    # 501 false of the last 1000: 501 > 500
+    assert meta.cries_wolf([IG] * 501 + [C] * 499, last=1000)
+    assert not meta.cries_wolf([IG] * 500 + [C] * 500, last=1000)
+
+
+def test_review_thresholds_are_strict_comparisons() -> None:
+    # fit: 1 refusal of 3 failures = 333; a threshold of 333 is not exceeded
+    at = meta.review(
+        250,
+        classes=["scope", "test", "test"],
+        changes=[(1, "a"), (2, "b"), (3, "c"), (4, "d")],
+        landed=[(2, "a"), (3, "b")],
+        window=2,
+        now=10,
+        params=MetaParams(fit_pm=333, controllability_pm=500),
+    )
+    # controllability: 2 of 4 followed = 500, not below 500
+    assert (at.fit_pm, at.fit_alert, at.controllability_pm, at.controllability_alert) == (
+        333,
+        False,
+        500,
+        False,
+    )
+
+
+def test_parse_meta_accepts_every_bound() -> None:
+    for name, (low, high) in meta.META_RANGES.items():
+        for value in (low, high):
+            got = meta.parse_meta({name: value})
+            assert isinstance(got, MetaParams) and getattr(got, name) == value
