@@ -23,6 +23,7 @@ functions say, and the verifier demands exactly that from the recorded audit rec
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,8 +38,6 @@ TTL_MS: Final = {"P": 3_600_000, "I": 21_600_000, "meta": 0}
 SETTLED: Final = frozenset({"done", "failed", "cancelled", "denied"})
 CAUSE_KINDS: Final = frozenset({"attempt.failed", "control.decision"})
 HANDLER_KINDS: Final = frozenset({"agent.spawn", "task.transition"})
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def parent(node: str) -> str | None:
@@ -66,7 +65,17 @@ class Message:
     escalates: int | None = None
 
     def record(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {
+            "partition": self.partition,
+            "source": self.source,
+            "to": self.to,
+            "tier": self.tier,
+            "ttl_ms": self.ttl_ms,
+            "topic": self.topic,
+            "cause": self.cause,
+            "text": self.text,
+            "escalates": self.escalates,
+        }
 
 
 def _origin(key: str) -> tuple[str, str]:
@@ -155,9 +164,9 @@ def handles(
 def time_us(text: str) -> int:
     """A record ``time`` (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, already checked) in microseconds
     since 1970 (an integer: no float ever carries a time)."""
-    moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
+    seconds = calendar.timegm((*(int(part) for part in fields), 0, 0, 0))
+    return seconds * 1_000_000 + int(text[20:26])
 
 
 def format_us(micros: int) -> str:
