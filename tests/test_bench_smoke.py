@@ -36,6 +36,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["bus.py", "--commands", "20", "--polls", "50"],
         ["control.py", "--steps", "300"],
         ["review.py", "--calls", "200", "--hooks", "2"],
+        ["events.py", "--tasks", "40"],
     ],
     ids=lambda args: args[0],
 )
