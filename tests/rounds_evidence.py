@@ -29,7 +29,7 @@ from harness.verify.records import Record
 from harness.verify.roundcheck import RoundCheck, RoundError
 from harness.verify.rules.header import REPLACEMENT, VIOLATION, Header, parse_header
 
-from .evidence_helpers import make_keys
+from .evidence_helpers import make_keys, with_control
 
 try:
     from harness.verify.rules.roles import denied
@@ -382,7 +382,7 @@ def verify(tmp_path: Path, ev: Evidence, extra: dict[str, bytes] | None = None) 
     state = tmp_path / "state"
     with RunRecorder(state, RUN, keys, clock=LogicalClock()) as recorder:
         recorder.write_plan(plan_bytes(ev.plan))
-        for store, kind, body in ev.records:
+        for store, kind, body in with_control(ev.records, plan_bytes(ev.plan)):
             recorder.record(store, kind, body)
         recorder.checkpoint_all()
         rounds = recorder.folder / "rounds"
@@ -442,7 +442,10 @@ def fold_all(ev: Evidence) -> str | None:
     members = {round_text_member(RUN, d): data for d, data in ev.texts.items()}
     semantics = run_semantics(RUN, plan_bytes(ev.plan), members)
     seqs = {"audit": 0, "control": 0, "lineage": 0}
-    rows = sorted(ev.records, key=lambda row: ("audit", "control", "lineage").index(row[0]))
+    rows = sorted(
+        with_control(ev.records, plan_bytes(ev.plan)),
+        key=lambda row: ("audit", "control", "lineage").index(row[0]),
+    )
     try:
         for store, kind, body in rows:
             seq = seqs[store]

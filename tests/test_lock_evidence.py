@@ -34,7 +34,7 @@ from harness.verify.policy import TrustPolicy
 from harness.verify.records import Record
 from harness.verify.runchecks import run_checks
 
-from .evidence_helpers import make_keys
+from .evidence_helpers import make_keys, with_control
 from .test_orchestrate_runtime import (  # the adapter registry guard and the runtime helpers
     _records,
     _restore_adapter_registry,  # noqa: F401  (autouse fixture: unregisters test adapters)
@@ -173,7 +173,7 @@ def _verify(tmp_path: Path, records: Records) -> Any:
     state = tmp_path / "state"
     with RunRecorder(state, RUN, keys, clock=LogicalClock()) as recorder:
         recorder.write_plan(plan_bytes(PLAN))
-        for store, kind, body in records:
+        for store, kind, body in with_control(records, plan_bytes(PLAN)):
             recorder.record(store, kind, body)
         recorder.checkpoint_all()
     bundle = export_bundle(state, tmp_path / "bundle.tar", keys).path

@@ -27,25 +27,34 @@ from harness.receipts.run import RunRecorder
 from harness.verify.bundle import verify_bundle
 from harness.verify.policy import TrustPolicy
 from harness.verify.recordkinds import BODY_SPECS
-from harness.verify.reviewcheck import ReviewCheck, capsule_egress
+from harness.verify.records import Record
+from harness.verify.reviewcheck import ReviewCheck, ReviewError, capsule_egress, review_check
 from harness.verify.rules import review as rv
 from harness.verify.runchecks import run_checks
 
-from .evidence_helpers import make_keys
+from .evidence_helpers import make_keys, with_control
 
 RUN = "r1"
 BASE = "1" * 40
 NO_SANDBOX = {"kind": "none", "network": True, "private_mounts": True, "opt_out": True}
 NO_LIMIT = {"wall_ms": None, "tokens": None, "cost_micros": None}
-PLAN = parse_plan(
-    {
-        "plan": {"name": "p", "concurrency": {"coder": 2}},
-        "task": [
-            {"id": "t1", "role": "coder", "prompt": "a", "scope": ["src/**"]},
-            {"id": "t2", "role": "coder", "prompt": "b", "scope": ["docs/**"]},
-        ],
-    }
-)
+
+
+def _plan(bounds: list[int]) -> Any:
+    """The plan, held in one phase for the whole run by its phase bounds (the control check
+    derives the phase in force from progress)."""
+    return parse_plan(
+        {
+            "plan": {"name": "p", "concurrency": {"coder": 2}, "control": {"phase_bounds": bounds}},
+            "task": [
+                {"id": "t1", "role": "coder", "prompt": "a", "scope": ["src/**"]},
+                {"id": "t2", "role": "coder", "prompt": "b", "scope": ["docs/**"]},
+            ],
+        }
+    )
+
+
+PLAN = _plan([0, 1001, 1001])  # implement
 LOCKS = {"b0001": ["src/**"], "b0002": ["docs/**"]}
 TASK_OF = {"b0001": "t1", "b0002": "t2"}
 Row = tuple[str, str, dict[str, Any]]
@@ -142,12 +151,16 @@ def lawful() -> list[Row]:
     ]
 
 
-def _verify(tmp_path: Path, rows: list[Row]) -> Any:
+def _verify(tmp_path: Path, rows: list[Row], plan: Any = PLAN) -> Any:
     keys = make_keys()
     state = tmp_path / "state"
+    document = plan_bytes(plan)
+    if rows and rows[0][1] == "run.start":  # bind the plan it runs under
+        rows = [(*rows[0][:2], {**rows[0][2], "plan_sha256": hashlib.sha256(document).hexdigest()}),
+                *rows[1:]]  # fmt: skip
     with RunRecorder(state, RUN, keys, clock=LogicalClock()) as recorder:
-        recorder.write_plan(plan_bytes(PLAN))
-        for store, kind, body in rows:
+        recorder.write_plan(document)
+        for store, kind, body in with_control(rows, document):
             recorder.record(store, kind, body)
         recorder.checkpoint_all()
     bundle = export_bundle(state, tmp_path / "bundle.tar", keys).path
@@ -322,27 +335,19 @@ def test_a_review_of_a_batch_never_spawned_is_refused(tmp_path: Path) -> None:
     assert "review b0009/1 comes before its batch's agent.started" in report.failure.reason
 
 
-def _phase(name: str) -> Row:
-    body = {"phase": name, "progress_pm": 0, "step": 0, "reason": "test"}
-    return ("audit", "control.phase", body)
-
-
 def test_strictness_follows_the_recorded_phase(tmp_path: Path) -> None:
     """In converge (strictest) an approved irreversible call is still denied and may carry
     no approval; in explore (loose) a write outside the scope passes."""
     rows = lawful()
-    first = _at(rows, "b0001", 1)
-    rows.insert(first, _phase("explore"))
     for i, (store, kind, body) in enumerate(rows):
         if kind == "action.review":
             rows[i] = (store, kind, {**body, "phase": "explore"})
     rows[_at(rows, "b0001", 3)][2].update(decision="allow", reason=rv.R_OUT_LOOSE)
     rows[_at(rows, "b0001", 9)][2].update(decision="allow", reason=rv.R_OUT_LOOSE)
-    report = _verify(tmp_path / "explore", rows)
+    report = _verify(tmp_path / "explore", rows, _plan([1001, 1001, 1001]))
     assert report.status.value == "verified", report.failure
 
     strictest = lawful()
-    strictest.insert(_at(strictest, "b0001", 1), _phase("converge"))
     for i, (store, kind, body) in enumerate(strictest):
         if kind == "action.review":
             strictest[i] = (store, kind, {**body, "phase": "converge"})
@@ -350,7 +355,7 @@ def test_strictness_follows_the_recorded_phase(tmp_path: Path) -> None:
         strictest[_at(strictest, "b0001", n)][2].update(
             decision="deny", reason=rv.R_STRICTEST, approval=None
         )
-    report = _verify(tmp_path / "converge", strictest)
+    report = _verify(tmp_path / "converge", strictest, _plan([0, 0, 0]))
     assert report.status.value == "invalid"  # review 6 still carries its approval
     assert "carries approval 'c1', but a irreversible call in strictest review needs none" in (
         report.failure.reason
@@ -358,19 +363,23 @@ def test_strictness_follows_the_recorded_phase(tmp_path: Path) -> None:
     strictest[_at(strictest, "b0001", 6)][2].update(
         decision="deny", reason=rv.R_STRICTEST, approval=None
     )
-    report = _verify(tmp_path / "converge2", strictest)
+    report = _verify(tmp_path / "converge2", strictest, _plan([0, 0, 0]))
     assert report.status.value == "verified", report.failure
 
 
-def test_an_unknown_phase_is_refused(tmp_path: Path) -> None:
+def test_an_unknown_phase_is_refused() -> None:
+    """No lawful control.phase names an unknown phase (the control check refuses one first),
+    so the review check is folded on its own."""
     rows = lawful()
-    rows.insert(_at(rows, "b0001", 1), _phase("ship"))
+    rows.insert(_at(rows, "b0001", 1), ("audit", "control.phase", {"phase": "ship"}))
     for i, (store, kind, body) in enumerate(rows):
         if kind == "action.review":
             rows[i] = (store, kind, {**body, "phase": "ship"})
-    report = _verify(tmp_path, rows)
-    assert report.status.value == "invalid"
-    assert "review b0001/1: unknown phase 'ship'" in report.failure.reason, report.failure
+    check = review_check(RUN, plan_bytes(PLAN))
+    with pytest.raises(ReviewError, match="review b0001/1: unknown phase 'ship'"):
+        for i, (store, kind, body) in enumerate(rows):
+            record = Record(store, RUN, i, "2026-01-01T00:00:00.000000Z", kind, body, "0" * 64)
+            getattr(check, store)(record, f"{store} {i}")
 
 
 def test_capsule_egress_hosts_are_known() -> None:

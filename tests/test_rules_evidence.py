@@ -27,7 +27,7 @@ from harness.receipts.run import RunRecorder
 from harness.verify.bundle import verify_bundle
 from harness.verify.policy import TrustPolicy
 
-from .evidence_helpers import make_keys
+from .evidence_helpers import make_keys, with_control
 
 RUN = "r1"
 BASE, TIP, TREE = "1" * 40, "2" * 40, "3" * 40
@@ -183,8 +183,9 @@ def _verify(tmp_path: Path, records: Records, plan: bytes | None = None) -> Any:
     keys = make_keys()
     state = tmp_path / "state"
     with RunRecorder(state, RUN, keys, clock=LogicalClock()) as recorder:
-        recorder.write_plan(plan if plan is not None else plan_bytes(PLAN))
-        for store, kind, body in records:
+        document = plan if plan is not None else plan_bytes(PLAN)
+        recorder.write_plan(document)
+        for store, kind, body in with_control(records, document):
             recorder.record(store, kind, body)
         recorder.checkpoint_all()
     bundle = export_bundle(state, tmp_path / "bundle.tar", keys).path

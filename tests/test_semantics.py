@@ -15,7 +15,10 @@ from harness.verify.canonical import canonical_bytes
 from harness.verify.policycheck import PolicyError
 from harness.verify.records import Record
 from harness.verify.rules import trifecta
+from harness.verify.rules.controller import Params
 from harness.verify.semantics import SemanticsError, check_run_semantics
+
+from .evidence_helpers import with_control
 
 HEX = "ab" * 32
 C1, C2, T1, T2 = "1" * 40, "2" * 40, "3" * 40, "4" * 40
@@ -40,6 +43,7 @@ def _task(task: str, adapter: str = "s", tools: tuple[str, ...] = ()) -> dict[st
         "adapter": adapter,
         "tools": list(tools),
         "scope": ["**"],
+        "requirements": [],
     }
 
 
@@ -51,6 +55,7 @@ def plan_doc(*tasks: dict[str, Any], capsule: dict[str, Any] | None = None) -> b
             "name": "p",
             "capsule": capsule,
             "tasks": list(tasks),
+            "control": Params().record(),
         }
     )
 
@@ -193,10 +198,25 @@ def _locked(audit: list[Record]) -> list[Record]:
     return out
 
 
+def _controlled(audit: list[Record], plan: bytes | None) -> list[Record]:
+    """With the control records the runtime adds (``with_control``; their check has its own
+    tests, tests/test_control_evidence.py)."""
+    if plan is None:
+        return audit
+    bodies = [dict(r.body) for r in audit]
+    times = {id(body): r.time for body, r in zip(bodies, audit, strict=True)}
+    out: list[Record] = []
+    rows = [("audit", r.kind, body) for r, body in zip(audit, bodies, strict=True)]
+    for _, kind, body in with_control(rows, plan):
+        time = times.get(id(body), out[-1].time if out else TIME)  # added: the time before
+        out.append(_rec(kind, time, **body))
+    return out
+
+
 def _check(audit: list[Record], lineage: list[Record] = (), plan: bytes | None = PLAN) -> None:  # type: ignore[assignment]
     check_run_semantics(
         "r",
-        [(r, f"a{i}") for i, r in enumerate(_locked(audit))],
+        [(r, f"a{i}") for i, r in enumerate(_controlled(_locked(audit), plan))],
         [(r, f"l{i}") for i, r in enumerate(lineage)],
         plan,
     )

@@ -73,9 +73,7 @@ def control_plan(obj: Mapping[str, Any], member: str) -> ControlPlan:
                 "requirements"
             )
         tools, scope, requirements = (v or () for v in lists)
-        tasks[str(names[0])] = ControlTask(
-            str(names[1]), str(names[2]), tools, scope, requirements
-        )
+        tasks[str(names[0])] = ControlTask(str(names[1]), str(names[2]), tools, scope, requirements)
     wanted = sorted({r for task in tasks.values() for r in task.requirements})
     return ControlPlan(params, tasks, tuple(wanted))
 
@@ -122,10 +120,12 @@ def check_tier1(
     label: str,
 ) -> None:
     """The tier-1 values the evidence has: ``outcome`` (0 landed, 1 failed), ``restarts``
-    (attempt - 1), the gate sensors (failing ``gate.result`` of the attempt per kind, one
-    reading per kind that ran), ``coverage`` (only when the plan names requirements)."""
+    (attempt - 1, at least 0), the gate sensors (failing ``gate.result`` of the attempt per
+    kind, one reading per kind that ran), ``coverage`` (only when the plan names
+    requirements)."""
     tier1 = {r.sensor: r.value for r in readings if r.tier == 1}
-    expected: dict[str, int] = {"outcome": 0 if cls is None else 1, "restarts": attempt - 1}
+    restarts = max(0, attempt - 1)  # 0 also for a task the epoch never spawned (a continue)
+    expected: dict[str, int] = {"outcome": 0 if cls is None else 1, "restarts": restarts}
     expected.update(gates)
     if coverage is not None:
         expected["coverage"] = coverage
@@ -162,8 +162,7 @@ def check_pace(readings: Sequence[Reading], facts: Exit | None, label: str) -> N
     duration = facts.duration_ms if facts is not None else 0
     if read["pace_ms"] != duration:
         raise ControlError(
-            f"{label}: pace_ms reads {read['pace_ms']}, the batch's agent.exit took "
-            f"{duration} ms"
+            f"{label}: pace_ms reads {read['pace_ms']}, the batch's agent.exit took {duration} ms"
         )
     tokens = facts.tokens if facts is not None else None
     if read.get("pace_tokens") != tokens:

@@ -68,6 +68,7 @@ def run_checks(
     from .attemptcheck import attempt_check
     from .budgetcheck import budget_check
     from .commandcheck import command_check
+    from .controlcheck import control_check
     from .eventcheck import event_check
     from .lifecyclecheck import lifecycle_check
     from .lockcheck import lock_check
@@ -84,6 +85,7 @@ def run_checks(
         lifecycle_check,
         lambda run, plan: round_check(run, plan, members),
         review_check,
+        control_check,
         event_check,
     ]
     return [make(run, plan) for make in makers]

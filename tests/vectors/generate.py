@@ -33,6 +33,7 @@ from harness.verify.layout import (
 from harness.verify.records import STORES
 
 from ..corpus import RUN_ID, operator_keys, record_run
+from ..evidence_helpers import with_control
 from ..test_rules_evidence import PLAN, lawful
 
 HERE = Path(__file__).resolve().parent
@@ -101,7 +102,7 @@ def _policy_bundle(keys: Any) -> dict[str, bytes]:
         state = Path(tmp) / "state"
         with RunRecorder(state, POLICY_RUN, keys, clock=LogicalClock()) as recorder:
             recorder.write_plan(plan_bytes(PLAN))
-            for store, kind, body in lawful():
+            for store, kind, body in with_control(lawful(), plan_bytes(PLAN)):
                 recorder.record(store, kind, body)
             recorder.checkpoint_all()
         bundle = export_bundle(state, Path(tmp) / "bundle.tar", keys).path

@@ -1,0 +1,787 @@
+"""The control check (verify/controlcheck.py) folded directly over hand-built histories.
+
+``lawful()`` is a run of three tasks whose control records are made by the runtime's own
+controller and sensor code (``with_control``): t1 fails its gate twice (the coder's bucket
+crosses 20: the template strategy, configuration version 2) and lands on its third attempt;
+t2 lands with usage (pace in tokens) and covers the plan's one requirement; t3 lands so slowly
+that the coder's CUSUM alarms (a warning); the firing rate over the first four steps escalates;
+t3's landing moves the run into converge. Each other test changes one thing and names the
+refusal. Milliseconds per fold, so these are the mutation tests of the check
+(``python -m tests.mutation verify/controlcheck.py verify/controlfacts.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from harness.orchestrate.capabilities import DEFAULT_MATRIX, matrix_object
+from harness.orchestrate.plan import parse_plan
+from harness.orchestrate.plandoc import plan_bytes
+from harness.verify.canonical import canonical_bytes, parse_canonical
+from harness.verify.controlcheck import ControlCheck, ControlSummary, control_check
+from harness.verify.controlfacts import ControlError, describe, exit_of
+from harness.verify.records import Record
+from harness.verify.rules import configchain
+from harness.verify.rules.controller import Decision
+
+from .evidence_helpers import control_prologue, with_control
+
+RUN = "r1"
+BASE = "1" * 40
+TIME = "2026-01-01T00:00:00.000000Z"
+NO_SANDBOX = {"kind": "none", "network": True, "private_mounts": True, "opt_out": True}
+Body = dict[str, Any]
+Row = tuple[str, str, Body]
+GATES = {"t1": "pytest", "t2": "ruff", "t3": "pytest", "t4": "pytest"}
+ROLES = {"t1": "coder", "t2": "writer", "t3": "coder", "t4": "planner"}
+
+
+def _plan(control: Body | None = None) -> Any:
+    params = {"threshold": 20, "cusum_warmup": 2, "rate_window": 4, "phase_bounds": [0, 750, 900]}
+    return parse_plan(
+        {
+            "plan": {"name": "p", "max_attempts": 3, "control": control or params},
+            "task": [
+                {
+                    "id": "t1",
+                    "role": "coder",
+                    "prompt": "p",
+                    "scope": ["src/**"],
+                    "gates": [{"name": "pytest", "command": ["true"]}],
+                },
+                {
+                    "id": "t2",
+                    "role": "writer",
+                    "prompt": "p",
+                    "scope": ["docs/**"],
+                    "requirements": ["R1"],
+                    "gates": [{"name": "ruff", "command": ["true"]}],
+                },
+                {
+                    "id": "t3",
+                    "role": "coder",
+                    "prompt": "p",
+                    "scope": ["src/b.py"],
+                    "gates": [{"name": "pytest", "command": ["true"]}],
+                },
+            ],
+        }
+    )
+
+
+PLAN = _plan()
+PLAN_BYTES = plan_bytes(PLAN)
+
+
+def move(task: str, a: str, b: str) -> Row:
+    return ("audit", "task.transition", {"task": task, "from": a, "to": b, "reason": "r"})
+
+
+def status(name: str, epoch: int = 0) -> Row:
+    return ("audit", "run.status", {"status": name, "epoch": epoch, "reason": "r", "command": None})
+
+
+def spawn(task: str, batch: str, attempt: int = 1) -> Row:
+    return (
+        "audit",
+        "agent.spawn",
+        {"batch": batch, "tasks": [task], "attempt": attempt, "config": 1},
+    )
+
+
+def exit_(batch: str, ms: int, usage: Body | None = None) -> Row:
+    return ("audit", "agent.exit", {"batch": batch, "duration_ms": ms, "usage": usage})
+
+
+def gate(task: str, passed: bool) -> Row:
+    return ("audit", "gate.result", {"task": task, "gate": GATES[task], "passed": passed})
+
+
+def attempt(
+    task: str, batch: str, ms: int, attempt: int, ok: bool, usage: Body | None = None
+) -> list[Row]:
+    """One attempt from claim to its end: landed (``ok``) or its gate failed (retried)."""
+    rows = [
+        move(task, "open", "claimed"),
+        spawn(task, batch, attempt),
+        move(task, "claimed", "in_progress"),
+        exit_(batch, ms, usage),
+        move(task, "in_progress", "gating"),
+        gate(task, ok),
+    ]
+    if ok:
+        rows += [
+            ("audit", "merge.result", {"task": task, "merged": True}),
+            move(task, "gating", "done"),
+        ]
+    else:
+        rows += [
+            (
+                "audit",
+                "attempt.failed",
+                {
+                    "task": task,
+                    "batch": batch,
+                    "attempt": attempt,
+                    "anomaly": "test",
+                    "retry": True,
+                },
+            ),
+            move(task, "gating", "open"),
+        ]
+    return [*rows, ("audit", "lock.release", {"batch": batch, "reason": "retired"})]
+
+
+def start(plan: Any = PLAN) -> list[Row]:
+    body = {
+        "plan": "p",
+        "base_commit": BASE,
+        "capabilities": matrix_object(DEFAULT_MATRIX),
+        "sandbox": NO_SANDBOX,
+    }
+    planned = [("audit", "task.planned", {"task": t.id, "role": t.role}) for t in plan.tasks]
+    return [
+        ("audit", "run.start", body),
+        *planned,
+        status("creating"),
+        status("starting"),
+        status("running"),
+        *[move(t.id, "planned", "open") for t in plan.tasks],
+    ]
+
+
+def raw() -> list[Row]:
+    return [
+        *start(),
+        *attempt("t1", "b1", 100, 1, False),
+        *attempt("t1", "b2", 100, 2, False),
+        *attempt("t1", "b3", 100, 3, True),
+        *attempt(
+            "t2", "b4", 50, 1, True, {"input_tokens": 10, "output_tokens": 20, "cost_micros": None}
+        ),
+        *attempt("t3", "b5", 1000, 1, True),
+        status("completed"),
+        ("audit", "run.end", {"outcome": "completed"}),
+    ]
+
+
+def lawful() -> list[Row]:
+    return with_control(raw(), PLAN_BYTES)
+
+
+def fold(rows: list[Row], plan: bytes | None = PLAN_BYTES) -> ControlCheck:
+    check = control_check(RUN, plan)
+    for i, (store, kind, body) in enumerate(rows):
+        if store != "events":  # the bus records with_control adds: another check's
+            record = Record(store, RUN, i, TIME, kind, body, "0" * 64)
+            getattr(check, store)(record, f"a{i}")
+    check.finish()
+    return check
+
+
+def refused(rows: list[Row], *words: str, plan: bytes | None = PLAN_BYTES) -> str:
+    with pytest.raises(ControlError) as caught:
+        fold(rows, plan)
+    reason = str(caught.value)
+    for word in words:
+        assert word in reason, reason
+    return reason
+
+
+def at(rows: list[Row], kind: str, nth: int = 0, **match: Any) -> int:
+    found = [
+        i
+        for i, (_, k, body) in enumerate(rows)
+        if k == kind and all(body.get(key) == value for key, value in match.items())
+    ]
+    return found[nth]
+
+
+def changed(rows: list[Row], index: int, change: Callable[[Body], None]) -> list[Row]:
+    out = copy.deepcopy(rows)
+    change(out[index][2])
+    return out
+
+
+def without(rows: list[Row], *indexes: int) -> list[Row]:
+    return [row for i, row in enumerate(rows) if i not in indexes]
+
+
+def reading(body: Body, sensor: str) -> Body:
+    return next(r for r in body["readings"] if r["sensor"] == sensor)
+
+
+# -- the lawful history ---------------------------------------------------------------------
+
+
+def test_the_lawful_history_passes_and_is_summarised() -> None:
+    rows = lawful()
+    kinds = [kind for _, kind, _ in rows]
+    assert kinds.count("control.sensor") == 5 and kinds.count("config.version") == 2
+    check = fold(rows)
+    assert check.summary() == ControlSummary(
+        RUN,
+        steps=5,
+        readings=sum(len(b["readings"]) for _, k, b in rows if k == "control.sensor"),
+        decisions={"D/cusum/warn": 1, "D/rate/escalate": 1, "I/bucket/template": 1},
+        versions=1,
+    )
+    sensors = [b for _, k, b in rows if k == "control.sensor"]
+    assert [b["phase"] for b in sensors] == ["implement"] * 4 + ["converge"]
+    assert reading(sensors[3], "pace_tokens")["value"] == 30
+    assert reading(sensors[3], "coverage")["value"] == 1000
+    assert reading(sensors[3], "lint")["value"] == 0
+    assert rows[at(rows, "agent.spawn", 2)][2]["config"] == 2
+
+
+def test_a_run_without_run_start_is_not_checked_but_control_records_are_refused() -> None:
+    rows = [row for row in raw() if row[1] not in ("run.start",)]
+    assert fold(rows).summary() is None
+    version = control_prologue(BASE)[0]
+    refused([version, *rows], "config.version in a run without run.start")
+
+
+# -- the prologue ---------------------------------------------------------------------------
+
+
+def test_version_one_must_follow_the_tasks() -> None:
+    rows = lawful()
+    first = at(rows, "config.version")
+    refused(
+        without(rows, first),
+        "a4: control.phase right after the plan's tasks: no configuration version 1",
+    )
+    refused(rows[:first], "no configuration version 1 and first control.phase")
+    for member, value in (("snapshot", "2" * 40), ("parent", "ab" * 32), ("step", 1)):
+        reason = refused(
+            changed(rows, first, lambda b, m=member, v=value: b.update({m: v})), member
+        )
+        assert "configuration version 1 has" in reason
+    refused(without(rows, first + 1), "where the run's first control.phase (reason 'run start')")
+    refused(rows[: first + 1], "no configuration version 1 and first control.phase")
+
+
+def test_the_first_phase_is_the_progress_then() -> None:
+    rows = lawful()
+    first = at(rows, "control.phase")
+    for member, value in (
+        ("phase", "explore"),
+        ("progress_pm", 1),
+        ("step", 1),
+        ("reason", "progress"),
+    ):
+        refused(
+            changed(rows, first, lambda b, m=member, v=value: b.update({m: v})),
+            f"control.phase records {member} {value!r}",
+        )
+    late = [
+        *rows[: first + 1],
+        ("audit", "task.planned", {"task": "t9", "role": "r"}),
+        *rows[first + 1 :],
+    ]
+    refused(late, "task.planned after configuration version 1")
+
+
+@pytest.mark.parametrize(
+    ("document", "words"),
+    [
+        ({"format": "harness-verify/plan", "version": 1, "name": "p"}, "has no tasks list"),
+        ({"tasks": [], "name": "p"}, "control must be the plan's [plan.control] table"),
+        ({"tasks": [], "control": {"threshold": 0}}, "control: threshold: an integer between"),
+        ({"tasks": [7], "control": {}}, "tasks[0] must be an object"),
+        (
+            {
+                "tasks": [{"id": "t1", "role": "r", "adapter": "a", "tools": [], "scope": []}],
+                "control": {},
+            },
+            "tasks[0] needs string id, role, adapter",
+        ),
+        (
+            {
+                "tasks": [
+                    {
+                        "id": "t1",
+                        "role": 1,
+                        "adapter": "a",
+                        "tools": [],
+                        "scope": [],
+                        "requirements": [],
+                    }
+                ],
+                "control": {},
+            },
+            "needs string id",
+        ),
+    ],
+)
+def test_the_plan_member_must_carry_the_control_inputs(document: Body, words: str) -> None:
+    refused(lawful(), words, plan=canonical_bytes(document))
+
+
+def test_no_plan_member_and_a_bad_matrix_are_refused() -> None:
+    refused(lawful(), "run.start, but runs/r1/plan.json has no tasks list", plan=None)
+    rows = changed(lawful(), 0, lambda b: b.update(capabilities={"tools": 1}))
+    refused(rows, "a0: ")
+
+
+# -- steps -----------------------------------------------------------------------------------
+
+
+def test_a_step_is_numbered_named_and_placed_by_the_evidence() -> None:
+    rows = lawful()
+    first = at(rows, "control.sensor")
+    cases = [
+        ("step", 2, "follows step 0: steps count by one"),
+        ("task", "t9", "names task 't9', which is not in the plan member"),
+        ("task", "t2", "step without an attempt ending: task 't2'"),
+        ("agent", "writer", "records agent 'writer', the evidence gives 'coder'"),
+        ("subtree", ".", "records subtree '.', the evidence gives 'src'"),
+        ("attempt", 2, "records attempt 2, the evidence gives 1"),
+        ("class", "lint", "records class 'lint', the evidence gives 'test'"),
+        ("phase", "explore", "records phase 'explore', the evidence gives 'implement'"),
+    ]
+    for member, value, words in cases:
+        reason = refused(changed(rows, first, lambda b, m=member, v=value: b.update({m: v})), words)
+        assert reason.startswith(f"a{first}: control.sensor step "), reason
+    assert "the failure of task 't1' at a" in refused(
+        changed(rows, first, lambda b: b.update(agent="x")), "records agent"
+    )
+
+
+def test_tier_one_values_are_what_the_evidence_gives() -> None:
+    rows = lawful()
+    first = at(rows, "control.sensor")
+    landing = at(rows, "control.sensor", 2)
+    paid = at(rows, "control.sensor", 3)
+
+    def value(index: int, sensor: str, new: int) -> list[Row]:
+        return changed(rows, index, lambda b: reading(b, sensor).update(value=new))
+
+    refused(
+        value(first, "outcome", 0),
+        "tier-1 sensor outcome reads 0, the evidence gives 1 (the attempt failed (test))",
+    )
+    refused(
+        value(landing, "outcome", 1), "outcome reads 1, the evidence gives 0 (the attempt landed)"
+    )
+    refused(value(landing, "restarts", 0), "restarts reads 0, the evidence gives 2 (attempt 3)")
+    refused(
+        value(first, "tests", 0),
+        "tests reads 0, the evidence gives 1 (the attempt's "
+        "failing gate.result records of that kind)",
+    )
+    refused(value(paid, "coverage", 0), "coverage reads 0, the evidence gives 1000 (per-mille")
+    gone = changed(rows, paid, lambda b: b["readings"].remove(reading(b, "lint")))
+    refused(gone, "tier-1 sensor lint reads nothing, the evidence gives 0")
+    extra = changed(
+        rows,
+        first,
+        lambda b: b["readings"].insert(
+            3, {"sensor": "types", "tier": 1, "value": 0, "anomaly": False, "trigger": None}
+        ),
+    )
+    refused(extra, "tier-1 sensor types reads 0, the evidence gives nothing")
+
+
+def test_pace_is_what_the_batch_exit_gives() -> None:
+    rows = lawful()
+    paid = at(rows, "control.sensor", 3)
+    refused(
+        changed(rows, paid, lambda b: reading(b, "pace_ms").update(value=51)),
+        "pace_ms reads 51, the batch's agent.exit took 50 ms",
+    )
+    refused(
+        changed(rows, paid, lambda b: reading(b, "pace_tokens").update(value=31)),
+        "pace_tokens reads 31, the batch's agent.exit usage gives 30",
+    )
+    refused(
+        changed(rows, paid, lambda b: b["readings"].remove(reading(b, "pace_tokens"))),
+        "pace_tokens reads nothing, the batch's agent.exit usage gives 30",
+    )
+    first = at(rows, "control.sensor")
+    tokens = {
+        "sensor": "pace_tokens",
+        "tier": 2,
+        "value": 5,
+        "anomaly": False,
+        "trigger": "anomaly",
+    }
+    refused(
+        changed(rows, first, lambda b: b["readings"].insert(4, tokens)),
+        "pace_tokens reads 5, the batch's agent.exit usage gives nothing",
+    )
+    refused(
+        changed(rows, first, lambda b: b["readings"].remove(reading(b, "pace_ms"))),
+        "(loop) has sensor 'loop', the rule gives 'pace_ms'",
+    )
+    alone = changed(rows, first, lambda b: b["readings"].remove(reading(b, "pace_ms")))
+    alone = changed(alone, first, lambda b: b["readings"].insert(3, tokens))
+    refused(alone, "pace_tokens is read without pace_ms")
+
+
+def test_the_readings_are_exactly_the_rules() -> None:
+    rows = lawful()
+    first = at(rows, "control.sensor")
+    refused(
+        changed(rows, first, lambda b: reading(b, "outcome").update(anomaly=False)),
+        "reading 1 (outcome) has anomaly False, the rule gives True",
+    )
+    refused(
+        changed(rows, first, lambda b: reading(b, "loop").update(trigger="level")),
+        "(loop) has trigger 'level', the rule gives 'anomaly'",
+    )
+    refused(
+        changed(rows, first, lambda b: reading(b, "loop").update(tier=1)),
+        "(loop) has tier 1, the rule gives 2",
+    )
+    swapped = changed(rows, first, lambda b: b["readings"].reverse())
+    refused(swapped, "reading 1 (loop) has sensor 'loop', the rule gives 'outcome'")
+    extra = {"sensor": "modules", "tier": 2, "value": 1, "anomaly": False, "trigger": "level"}
+    refused(
+        changed(rows, first, lambda b: b["readings"].append(extra)),
+        "7 readings recorded, the rule reads 6: outcome, restarts, tests, coverage, pace_ms, loop",
+    )
+    refused(
+        changed(rows, first, lambda b: b["readings"].remove(reading(b, "loop"))),
+        "5 readings recorded, the rule reads 6",
+    )
+
+
+# -- decisions and versions ------------------------------------------------------------------
+
+
+def test_a_decision_that_differs_is_refused_naming_the_member() -> None:
+    rows = lawful()
+    first = at(rows, "control.decision")
+    for member, value in (
+        ("action", "scope"),
+        ("level", 21),
+        ("key", "agent:writer"),
+        ("config", None),
+        ("step", 1),
+        ("threshold", 30),
+        ("class", None),
+        ("layer", "D"),
+        ("rule", "cusum"),
+    ):
+        reason = refused(
+            changed(rows, first, lambda b, m=member, v=value: b.update({m: v})),
+            f"control.decision at step 2 records {member} {value!r}",
+        )
+        assert "the bucket of agent:coder crossed 20 at step 2 (level 20)" in reason
+
+
+def test_a_missing_decision_is_refused() -> None:
+    rows = lawful()
+    first = at(rows, "control.decision")
+    refused(
+        without(rows, first),
+        f"a{first}: missing decision: the bucket of agent:coder "
+        "crossed 20 at step 2 (level 20) and nothing was decided (I/bucket -> template is "
+        "due, the record is config.version)",
+    )
+    rate = at(rows, "control.decision", 1)
+    refused(
+        without(rows, rate),
+        "missing decision: 3 firings in the window ending at step 4 (at least 3)",
+    )
+    warn = at(rows, "control.decision", 2)
+    refused(
+        without(rows, warn),
+        "missing decision: the CUSUM of agent:coder:pace_ms reached 850 (h 200) at step 5",
+    )
+    refused(
+        rows[:warn],
+        "missing decision: the CUSUM of agent:coder:pace_ms reached 850 (h 200) "
+        "at step 5 and nothing was decided before the records end",
+    )
+
+
+def test_an_unprovoked_decision_is_refused() -> None:
+    rows = lawful()
+    first = at(rows, "control.sensor")
+    forged = Decision(1, "I", "bucket", "agent:coder", 10, 20, "test", "template", None)
+    rows.insert(first + 1, ("audit", "control.decision", forged.record()))
+    refused(
+        rows,
+        f"a{first + 1}: control.decision I/bucket/template of agent:coder at step 1 "
+        "has no trigger: the rules decide nothing there",
+    )
+
+
+def test_a_missing_version_is_refused() -> None:
+    rows = lawful()
+    second = at(rows, "config.version", 1)
+    refused(
+        without(rows, second),
+        "the decision at step 2 produced configuration version 2, "
+        "which is not recorded (the record is lock.release)",
+    )
+    refused(
+        rows[:second],
+        "the decision at step 2 produced configuration version 2, which is not recorded",
+    )
+
+
+def test_a_version_must_chain_and_be_the_rules() -> None:
+    rows = lawful()
+    second = at(rows, "config.version", 1)
+    sha1 = rows[at(rows, "config.version")][2]["sha256"]
+    cases: list[tuple[Callable[[Body], None], str]] = [
+        (lambda b: b.update(version=3), "config.version 3 follows version 1: versions count"),
+        (lambda b: b.update(parent="ab" * 32), f"is not the SHA-256 of version 1 ({sha1})"),
+        (
+            lambda b: b.update(document={"format": "x", "agents": {}}),
+            "the document is not a control configuration: format",
+        ),
+        (lambda b: b.update(sha256="ab" * 32), "sha256 " + "ab" * 32 + " is not its document's"),
+        (lambda b: b.update(change="expand"), "records change 'expand', the rule gives 'neutral'"),
+        (lambda b: b.update(channel="fast"), "records channel 'fast', the rule gives 'slow'"),
+        (lambda b: b.update(impact=[]), "records impact [], the rule gives ['coder']"),
+        (lambda b: b.update(step=1), "records step 1, the rule gives 2"),
+    ]
+    for change, words in cases:
+        refused(changed(rows, second, change), words)
+
+    def other(body: Body) -> None:  # a valid, chained version of another strategy
+        document = configchain.apply(body["document"], "coder", "template", [], lambda _: False)
+        assert document is not None
+        body.update(document=document, sha256=configchain.document_sha256(document))
+
+    refused(changed(rows, second, other), "config.version 2 records sha256")
+    refused(changed(rows, second, other), "the decision at step 2 produces")
+
+
+def test_a_version_no_decision_produced_is_refused() -> None:
+    rows = lawful()
+    second = at(rows, "config.version", 1)
+    body = rows[second][2]
+    document = configchain.apply(body["document"], "writer", "template", [], lambda _: False)
+    assert document is not None
+    third = {
+        **body,
+        "version": 3,
+        "parent": body["sha256"],
+        "document": document,
+        "sha256": configchain.document_sha256(document),
+        "impact": ["writer"],
+        "step": 2,
+    }
+    rows.insert(second + 1, ("audit", "config.version", third))
+    refused(rows, f"a{second + 1}: config.version 3 was produced by no decision")
+    copied = lawful()
+    copied.insert(second + 1, copied[second])
+    refused(copied, "config.version 2 follows version 2: versions count by one")
+
+
+def test_a_spawn_loads_the_latest_version() -> None:
+    rows = lawful()
+    stale = at(rows, "agent.spawn", 2)
+    refused(
+        changed(rows, stale, lambda b: b.update(config=1)),
+        f"a{stale}: batch 'b3' loads configuration version 1, the latest is version 2",
+    )
+    refused(
+        changed(rows, 0 + at(rows, "agent.spawn"), lambda b: b.update(config=2)),
+        "loads configuration version 2, the latest is version 1",
+    )
+
+
+# -- coverage of the endings -----------------------------------------------------------------
+
+
+def test_every_ending_has_exactly_one_step() -> None:
+    rows = lawful()
+    first = at(rows, "control.sensor")
+    failed = at(rows, "attempt.failed")
+    refused(
+        without(rows, first),
+        f"a{failed}: missing step: the failure of task 't1' (attempt 1) "
+        "has no control.sensor before its next agent.spawn at a",
+    )
+    last = at(rows, "control.sensor", 4)
+    landed = last - 1
+    while rows[landed][1] != "task.transition":
+        landed -= 1
+    refused(
+        without(rows, last, last + 1),
+        f"a{landed}: missing step: the landing of task 't3' "
+        "(attempt 1) has no control.sensor before run.end at a",
+    )
+    cut = without(rows, last, last + 1)
+    refused(cut[: at(cut, "run.status", 3)], "has no control.sensor before the end of the records")
+    again = copy.deepcopy(rows)
+    again.insert(first + 1, again[first])
+    refused(again, "follows step 1: steps count by one")
+    twice = copy.deepcopy(rows)
+    twice.insert(failed + 1, twice[failed])
+    refused(
+        twice,
+        f"a{failed}: missing step: the failure of task 't1' (attempt 1) has no "
+        f"control.sensor before its failure at a{failed + 1}",
+    )
+
+
+def test_a_rounds_suspension_is_a_step_of_its_round_outcome() -> None:
+    rows = raw()
+    end = at(rows, "run.end") - 1
+    t3 = at(rows, "agent.spawn", 4)
+    suspended = [move("t3", "in_progress", "blocked")]
+    base = [
+        *rows[: t3 + 2],
+        ("audit", "round.end", {"task": "t3", "outcome": "incomplete"}),
+        *suspended,
+        *rows[end:],
+    ]
+    check = fold(with_control(base, PLAN_BYTES))
+    assert check.steps == 5
+    sensors = [b for _, k, b in with_control(base, PLAN_BYTES) if k == "control.sensor"]
+    assert sensors[-1]["class"] == "incomplete"
+    bare = [*rows[: t3 + 2], *suspended, *rows[end:]]
+    refused(
+        with_control(bare, PLAN_BYTES),
+        "task 't3' is suspended (in_progress -> blocked) "
+        "without a round.end of its attempt that ends incomplete or blocked",
+    )
+    done = [
+        *rows[: t3 + 2],
+        ("audit", "round.end", {"task": "t3", "outcome": "done"}),
+        *suspended,
+        *rows[end:],
+    ]
+    refused(with_control(done, PLAN_BYTES), "without a round.end of its attempt")
+
+
+def test_a_crash_recovery_steps_only_its_crashed_attempts() -> None:
+    """After ``run.status starting``: a crashed attempt is a step without facts (pace 0, no
+    gates); a landing recorded by the recovery is none; the next epoch counts attempts anew."""
+    rows = raw()
+    t3 = at(rows, "agent.spawn", 4)
+    exited = t3 + 2
+    crash = [
+        status("starting"),
+        (
+            "audit",
+            "attempt.failed",
+            {"task": "t3", "batch": "b5", "attempt": 1, "anomaly": "crash", "retry": True},
+        ),
+        move("t3", "in_progress", "open"),
+        status("running"),
+        *attempt("t3", "b6", 70, 2, True),
+    ]
+    crashed = [*rows[: exited + 1], *crash, *rows[at(rows, "run.end") - 1 :]]
+    lawful_crash = with_control(crashed, PLAN_BYTES)
+    check = fold(lawful_crash)
+    sensors = [b for _, k, b in lawful_crash if k == "control.sensor"]
+    assert sensors[4]["class"] == "crash" and reading(sensors[4], "pace_ms")["value"] == 0
+    assert check.steps == 6
+    paced = at(lawful_crash, "control.sensor", 4)
+    refused(
+        changed(lawful_crash, paced, lambda b: reading(b, "pace_ms").update(value=1000)),
+        "pace_ms reads 1000, the batch's agent.exit took 0 ms",
+    )
+    merged = [
+        *rows[: exited + 1],
+        move("t3", "in_progress", "gating"),
+        status("starting"),
+        move("t3", "gating", "done"),
+        status("running"),
+        *rows[at(rows, "run.end") - 1 :],
+    ]
+    assert fold(with_control(merged, PLAN_BYTES)).steps == 4
+    continued = [
+        *rows[: t3 - 1],
+        status("paused"),
+        status("starting", 1),
+        status("running", 1),
+        *rows[t3 - 1 :],
+    ]
+    continued = [
+        r
+        if r[1] != "agent.spawn" or r[2]["batch"] != "b5"
+        else ("audit", "agent.spawn", {**r[2], "attempt": 1})
+        for r in continued
+    ]
+    assert fold(with_control(continued, PLAN_BYTES)).steps == 5
+    wrong = with_control(continued, PLAN_BYTES)
+    refused(
+        changed(
+            wrong, at(wrong, "control.sensor", 4), lambda b: reading(b, "restarts").update(value=1)
+        ),
+        "restarts reads 1",
+    )
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+def test_a_phase_change_is_recorded_at_once_and_only_then() -> None:
+    rows = lawful()
+    change = at(rows, "control.phase", 1)
+    assert rows[change][2] == {
+        "phase": "converge",
+        "progress_pm": 1000,
+        "step": 4,
+        "reason": "progress",
+    }
+    refused(
+        without(rows, change),
+        f"a{change}: missing phase: progress 1000 per-mille moved the "
+        f"run into 'converge' at a{change - 1}, but control.sensor comes before its "
+        "control.phase",
+    )
+    refused(
+        rows[:change],
+        f"a{change - 1}: missing phase: progress 1000 per-mille moved the run "
+        "into 'converge', and the records end without its control.phase",
+    )
+    for member, value in (
+        ("phase", "integrate"),
+        ("progress_pm", 999),
+        ("step", 5),
+        ("reason", "run start"),
+    ):
+        refused(
+            changed(rows, change, lambda b, m=member, v=value: b.update({m: v})),
+            f"control.phase records {member} {value!r}",
+        )
+    extra = copy.deepcopy(rows)
+    extra.insert(change - 1, extra[change])
+    refused(
+        extra,
+        f"a{change - 1}: control.phase 'converge' without a phase change: progress "
+        "666 per-mille keeps the run in 'implement'",
+    )
+
+
+def test_a_sensor_reads_in_the_phase_in_force() -> None:
+    rows = lawful()
+    last = at(rows, "control.sensor", 4)
+    refused(
+        changed(rows, last, lambda b: b.update(phase="implement")),
+        "records phase 'implement', the evidence gives 'converge'",
+    )
+
+
+# -- the helpers themselves ------------------------------------------------------------------
+
+
+def test_describe_names_each_trigger() -> None:
+    aggregate = Decision(7, "I", "aggregate", "run", 3, 3, "lint", "toolchain", 4)
+    assert describe(aggregate) == ("class lint showed in 3 agents' windows (at least 3) at step 7")
+    assert exit_of({"duration_ms": 5, "usage": None}).tokens is None
+    assert exit_of({"duration_ms": 5, "usage": {"input_tokens": 1, "output_tokens": 2}}).tokens == 3
+
+
+def test_with_control_leaves_controlled_rows_alone_and_the_check_reads_other_stores() -> None:
+    rows = lawful()
+    assert with_control(rows, PLAN_BYTES) == rows
+    lineage = ("lineage", "artifact.write", {"path": "src/a.py"})
+    control = ("control", "command", {"id": "c1"})
+    check = fold([*rows, lineage, control])
+    assert check.steps == 5
+    assert parse_canonical(PLAN_BYTES)["control"]["threshold"] == 20
