@@ -315,7 +315,8 @@ def test_an_expiry_is_never_recorded_before_its_deadline(tmp_path: Path) -> None
 
 @pytest.fixture
 def lawful(tmp_path: Path) -> tuple[list[Record], list[Record]]:
-    """A P message escalated once (to ``run``) and an I message handled in time."""
+    """A P message escalated once (to ``run``) and an I message handled in time; the audit
+    store ends with run.end (nothing may be owed)."""
     run = Bus(tmp_path)
     run.audit(planned("t1", "coder"), planned("t2", "coder"))
     run.audit(failed("t1"), decision("I", "agent:coder", "template"))
@@ -323,6 +324,7 @@ def lawful(tmp_path: Path) -> tuple[list[Record], list[Record]]:
     run.clock.advance(HOUR_US)
     run.bus.tick()
     run.audit(spawn("t2"))
+    run.audit(("run.end", {"outcome": "completed"}))
     audit, events = run.records("audit"), run.records("events")
     assert [r.kind for r in events] == ["event.message", "event.message", "event.expired",
                                         "event.message", "event.handled"]  # fmt: skip
@@ -412,3 +414,27 @@ def test_expiring_what_was_answered_in_time_or_has_no_ttl_is_refused(tmp_path: P
     refused(audit, [*events[:2], expire0], "answered it in time")
     expire1 = dataclasses.replace(expire0, body={"message": 1})
     refused(audit, [*events[:2], expire1], "has no TTL (ttl_ms 0) but expires")
+
+
+def test_the_bus_may_lag_behind_an_unended_audit_store_only(tmp_path: Path) -> None:
+    """A crash (or an export of the sealed prefixes) can leave the last causes without their
+    messages: accepted while the audit store does not end with run.end, and only after the
+    last audit record the events store cites; with run.end, refused."""
+    run = Bus(tmp_path)
+    run.audit(planned("t1", "coder"), planned("t2", "coder"))
+    run.audit(failed("t1"))
+    # the crash: this commit is durable, the bus never saw it
+    run.recorder.store("audit").append_many([spawn("t1"), failed("t2")])
+    audit, events = run.records("audit"), run.records("events")
+    fold(audit, events)
+    ended = run.recorder.store("audit").append("run.end", {"outcome": "completed"})
+    assert ended.seq == len(audit)
+    audit = run.records("audit")
+    refused(audit, events, "audit seq 4 (anomaly.test) has no P message")
+    # a hole before what the bus cites is never a lag
+    run2 = Bus(tmp_path / "b")
+    run2.audit(planned("t1", "coder"), planned("t2", "coder"))
+    run2.audit(failed("t1"), failed("t2"))
+    audit2, events2 = run2.records("audit"), run2.records("events")
+    refused(audit2, events2[1:], "audit seq 2 (anomaly.test) has no P message")
+    refused(audit2, [events2[1], dataclasses.replace(events2[0], seq=1)], "publishes in the audit")
