@@ -20,6 +20,7 @@ Never in: any secret. Only public key material (key id, verifier key) is written
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -35,7 +36,8 @@ from harness import __version__
 from harness.verify.archive import open_bundle_archive
 from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import canonical_bytes
-from harness.verify.layout import MANIFEST, store_member, tar_member_info
+from harness.verify.errors import VerificationError
+from harness.verify.layout import MANIFEST, plan_member, store_member, tar_member_info
 from harness.verify.lineage import FOLD_ORDER, FinalArtifacts, MergeFacts
 from harness.verify.manifest import parse_manifest
 from harness.verify.packcheck import PACK_SIG, WHEELHOUSE, listing_document, pack_note_text
@@ -46,6 +48,7 @@ from harness.verify.report import Status
 from harness.verify.storecheck import iter_store_lines
 
 from .bundle import ExportError, export_bundle
+from .euaiact_control import control_section
 from .euaiact_html import render_html, render_readme
 from .euaiact_tasks import tasks_section
 from .euaiact_text import (
@@ -171,14 +174,20 @@ def _one(record: Record) -> dict[str, Any]:
     return evidence.fields()
 
 
-def _read_runs(bundle: Path) -> tuple[dict[str, Any], dict[str, list[Record]]]:
-    """The manifest (as a dict) and every record of every run, read from the bundle."""
+def _read_runs(
+    bundle: Path,
+) -> tuple[dict[str, Any], dict[str, list[Record]], dict[str, bytes]]:
+    """The manifest (as a dict), every record of every run and each run's plan document,
+    read from the bundle."""
     records: dict[str, list[Record]] = {}
+    plans: dict[str, bytes] = {}
     with open_bundle_archive(bundle) as archive:
         data = archive.read_small(MANIFEST, 64 << 20)
         manifest = parse_manifest(data)
         raw = json.loads(data)
         for run in manifest.runs:
+            with contextlib.suppress(KeyError, VerificationError):
+                plans[run.run] = archive.read_small(plan_member(run.run), 16 << 20)
             found: list[Record] = []
             for store in FOLD_ORDER:
                 member = store_member(run.run, store)
@@ -186,7 +195,7 @@ def _read_runs(bundle: Path) -> tuple[dict[str, Any], dict[str, list[Record]]]:
                     for line in iter_store_lines(stream, member, limit=MAX_LINE_BYTES):
                         found.append(parse_record_line(line, store, run.run))
             records[run.run] = found
-    return raw, records
+    return raw, records, plans
 
 
 def _sha256_file(path: Path) -> str:
@@ -518,7 +527,7 @@ def build_report(
     wheelhouse: bool = False,
 ) -> dict[str, Any]:
     """report.json's document, from the records of the (already verified) bundle."""
-    manifest, runs = _read_runs(bundle)
+    manifest, runs, plans = _read_runs(bundle)
     provisions = []
     for pid, citation, summary, pstatus in PROVISIONS:
         sections = sorted(s for s, ids in SECTION_PROVISIONS.items() if pid in ids)
@@ -553,6 +562,7 @@ def build_report(
         "interventions": _interventions(runs),
         "risks": _risks(runs),
         "tasks": tasks_section(runs),
+        "control": control_section(runs, plans),
         "changes": _changes(runs),
         "integrity": _integrity(manifest, runs, _sha256_file(bundle), status),
         "provisions": provisions,

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .euaiact_control import trend_svg
 from .euaiact_svg import BAD_STATES, timeline_svg
 from .euaiact_text import (
     BUNDLE_NAME,
@@ -36,12 +37,14 @@ EXTRA_SECTIONS: Final = {
     "verdict": "Summary of what was checked",
     "timeline": "Timeline of the period",
     "tasks": "Tasks and their last recorded state",
+    "control": "Control decisions, re-decided by the verifier",
 }
 SECTION_IDS: Final = (
     "verdict",
     "timeline",
     *(k for k in SECTION_TITLES if k in ("system", "periods")),
     "tasks",
+    "control",
     *(k for k in SECTION_TITLES if k not in ("system", "periods")),
 )
 """Every section of report.html, in order (the browser test checks each is present)."""
@@ -73,6 +76,14 @@ LABELS: Final = {
     "writes": "Writes",
     "state": "Last state",
     "transitions": "Transitions",
+    "step": "Step",
+    "layer": "Layer",
+    "rule": "Rule",
+    "key": "Key",
+    "level": "Level",
+    "threshold": "Threshold",
+    "action": "Action",
+    "config": "Config version",
 }
 _FLAG: Final = ' class="flag"'
 _HASHES: Final = frozenset({"sha256", "root", "checkpoints"})
@@ -357,6 +368,20 @@ def render_html(report: dict[str, Any]) -> str:
     section(
         "tasks",
         _table(report.get("tasks", []), ("run", "task", "state", "time", "transitions")),
+    )
+    control = report.get("control") or {}
+    section(
+        "control",
+        "<p>Every decision of the control layers (I: strategy changes, D: trends, meta: "
+        "self-tests), recomputed by the verifier from the recorded sensor readings; "
+        f"{_e(control.get('steps', 0))} steps. The panel shows per agent its bucket (solid) "
+        "and CUSUM (dashed) as a share of their thresholds (the red line); dots are "
+        "decisions.</p>"
+        + (trend_svg(control) or "<p>No control steps recorded.</p>")
+        + _table(
+            control.get("decisions", []),
+            ("run", "step", "layer", "rule", "key", "level", "threshold", "action", "config"),
+        ),
     )
     section("actors", _table(report["actors"], ("run", "source", "role", "actor", "model")))
     section("events", _table(report["events"], ("run", "store", "kind", "count")))

@@ -197,3 +197,44 @@ def test_an_inconsistent_expansion_is_never_applied(tmp_path: Path) -> None:
     actions = [d["action"] for d in _bodies(audit, "control.decision") if d["key"] == "agent:fixer"]
     assert actions[:3] == ["template", "split", "escalate"]
     assert [v["version"] for v in _bodies(audit, "config.version")] == [1, 2]
+
+
+def test_the_art12_report_carries_every_decision_and_the_trend(walked: Any) -> None:
+    from harness.receipts.euaiact import _read_runs
+    from harness.receipts.euaiact_control import control_section, trend_svg
+
+    runtime, audit = walked
+    bundle = export_bundle(runtime.state_dir, runtime.state_dir.parent / "r.tar", KEYS).path
+    _, runs, plans = _read_runs(bundle)
+    section = control_section(runs, plans)
+    recorded = _bodies(audit, "control.decision")
+    assert section["steps"] == 5
+    assert [
+        {k: row[k] for k in ("step", "layer", "rule", "key", "level", "threshold", "action")}
+        for row in section["decisions"]
+    ] == [{k: d[k] for k in ("step", "layer", "rule", "key", "level", "threshold", "action")}
+          for d in recorded]  # fmt: skip
+    (trend,) = section["trends"]
+    assert trend["agent"] == "fixer"
+    # every step crossed (threshold 10 = one anomaly): the bucket acted at 1000 per-mille
+    assert [(p["step"], p["bucket_pm"]) for p in trend["points"]] == [
+        (n, 1000) for n in range(1, 6)
+    ]
+    assert trend["points"][0]["decisions"] == ["I bucket: template"]
+    svg = trend_svg(section)
+    assert svg.count("<polyline") == 2 and "r1 / fixer" in svg
+    assert "<script" not in svg
+
+
+def test_the_trend_panel_escapes_names_and_thins_long_runs() -> None:
+    from harness.receipts.euaiact_control import MAX_POINTS, _thin, trend_svg
+
+    points = [
+        {"step": n, "bucket_pm": 0, "cusum_pm": 0, "decisions": ["I bucket: x"] if n == 7 else []}
+        for n in range(1, 2001)
+    ]
+    thinned = _thin(points)
+    assert len(thinned) <= MAX_POINTS + 1 and any(p["step"] == 7 for p in thinned)
+    hostile = '<script>alert(1)</script>"'
+    svg = trend_svg({"trends": [{"run": "r", "agent": hostile, "points": points[:3]}]})
+    assert "<script>" not in svg and "&lt;script&gt;" in svg

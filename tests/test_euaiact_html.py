@@ -90,9 +90,9 @@ def test_verdict_box_comes_first(page: str, report: dict[str, Any], keys: Operat
         keys.key_id,
         f"{start} to {end}",
         "1: demo-run",
-        "8 task(s): Blocked: 2, Denied: 1, Done: 4, Failed: 1 (4 did not complete)",
+        "10 task(s): Blocked: 2, Denied: 1, Done: 6, Failed: 1 (4 did not complete)",
         "Human interventions</th><td>0: none",
-        "2: Capability denied: 1, Gate failed: 1",
+        "4: Capability denied: 1, Gate failed: 3",
         "183 days, controller Example Ltd",
         "not a conformity assessment",
     ):
@@ -110,6 +110,8 @@ def test_tasks_in_report_json(report: dict[str, Any]) -> None:
         "guide": "done",
         "ghost": "blocked",
         "audited": "blocked",
+        "stats": "done",
+        "release-notes": "done",
     }
     for task in report["tasks"]:
         assert task["evidence_count"] == task["transitions"] + 1  # task.planned + transitions
@@ -162,6 +164,18 @@ def test_timeline_is_inline_svg(page: str, report: dict[str, Any]) -> None:
     lowered = page.lower()
     assert "<script" not in lowered and "http" not in lowered and "url(" not in lowered
     assert "<image" not in lowered and "href" not in timeline
+
+
+def test_control_section_shows_the_recomputed_decisions(page: str, report: dict[str, Any]) -> None:
+    control = _section(page, "control")
+    assert control.count("<svg ") == 1 and control.count("<polyline ") == 2 * len(
+        report["control"]["trends"]
+    )
+    actions = [(d["key"], d["action"]) for d in report["control"]["decisions"]]
+    assert ("agent:tuner", "template") in actions
+    assert ("agent:writer:pace_tokens", "warn") in actions
+    assert "step 5: I bucket: template" in control  # the decision marker's title
+    assert "<td>agent:writer:pace_tokens</td>" in control
 
 
 def test_evidence_is_folded(page: str) -> None:

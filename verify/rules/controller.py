@@ -285,6 +285,10 @@ class Controller:
         window = self.windows.get(key, [])[-self.profile.window :]
         return bucket.level(anomalous for anomalous, _, _ in window)
 
+    def level(self, key: str) -> int:
+        """The bucket level of ``key`` now (tenths; 0 right after its decision)."""
+        return self._level(key)
+
     def readings(self, step: Step) -> tuple[Reading, ...]:
         """The step's readings at the current phase: tier 1, then the tier-2 sensors the
         activation rule turns on, each flagged."""
