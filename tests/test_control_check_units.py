@@ -22,9 +22,10 @@ from harness.orchestrate.capabilities import DEFAULT_MATRIX, matrix_object
 from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.plandoc import plan_bytes
 from harness.verify.canonical import canonical_bytes, parse_canonical
-from harness.verify.controlcheck import ControlCheck, ControlSummary, control_check
+from harness.verify.controlcheck import ControlCheck, control_check
 from harness.verify.controlfacts import ControlError, describe, exit_of
 from harness.verify.records import Record
+from harness.verify.report import ControlSummary
 from harness.verify.rules import configchain
 from harness.verify.rules.controller import Decision
 

@@ -53,6 +53,7 @@ from .bundleruns import (
     store_checkpoints,
 )
 from .chain import MacChain, derive_store_key
+from .controlcheck import ControlCheck
 from .errors import (
     CheckpointError,
     MacMismatchError,
@@ -542,6 +543,10 @@ class _Pass:
                             policy.spawns,
                         )
                     )
+                for check in run.semantics.checks:
+                    control = check.summary() if isinstance(check, ControlCheck) else None
+                    if control is not None:
+                        self.report.controls.append(control)
 
     # ---- the verdict ----------------------------------------------------------------------------
     def conclude(self, pins: TrustPolicy) -> None:

@@ -56,6 +56,7 @@ from .controlfacts import (
 )
 from .layout import plan_member
 from .records import Record
+from .report import ControlSummary
 from .rules import phases, strategy, trifecta
 from .rules.controller import Controller, Decision, Version, step_of, subtree_of
 from .runchecks import plan_object
@@ -64,19 +65,6 @@ CONTROL_KINDS: Final = frozenset(
     {"control.sensor", "control.decision", "control.phase", "config.version"}
 )
 PLANNING: Final = frozenset({"task.planned", "capsule.approved"})
-
-
-@dataclass(frozen=True)
-class ControlSummary:
-    """What the check re-decided for one run (shown by the verifier's report)."""
-
-    run: str
-    steps: int
-    readings: int
-    decisions: Mapping[str, int]
-    """``layer/rule/action`` -> how many."""
-    versions: int
-    """Configuration versions after the first, each produced by a re-decided decision."""
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,8 @@ def render_text(report: Report, *, color: bool = False) -> str:
         else:
             note = f"{_safe_text(summary.kind)} for all {summary.spawns} batches"
         lines.append(f"sandbox:       run {_safe_text(summary.run)}: {note}")
+    for control in report.controls:
+        lines.append(f"control:       run {_safe_text(control.run)}: {_safe_text(control.line())}")
     signer = _safe_text(report.signer_key_id) if report.signer_key_id else "(unknown)"
     lines.append(f"signer key id: {signer}")
     if report.trusted_by:
@@ -350,6 +352,16 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                 "unsandboxed_batches": list(summary.unsandboxed),
             }
             for summary in report.sandboxes
+        ],
+        "controls": [
+            {
+                "run": control.run,
+                "steps": control.steps,
+                "readings": control.readings,
+                "decisions": dict(control.decisions),
+                "versions": control.versions,
+            }
+            for control in report.controls
         ],
     }
     safe: dict[str, Any] = textsafe.json_safe(document)

@@ -170,6 +170,33 @@ class SandboxSummary:
     spawns: int
 
 
+@dataclass(frozen=True)
+class ControlSummary:
+    """What the control check re-decided for one runtime run (issue 13 §9): its steps and
+    their readings, the decisions they provoked (``layer/rule/action`` -> count) and the
+    configuration versions after the first, each produced by one of those decisions."""
+
+    run: str
+    steps: int
+    readings: int
+    decisions: dict[str, int]
+    versions: int
+
+    def line(self) -> str:
+        """``12 steps, 3 decisions and 2 configuration versions re-decided (...)``."""
+        total = sum(self.decisions.values())
+        shown = ", ".join(f"{key} {n}" for key, n in self.decisions.items())
+        return (
+            f"{_count(self.steps, 'step')} ({_count(self.readings, 'reading')}), "
+            f"{_count(total, 'decision')} and {_count(self.versions, 'configuration version')} "
+            "re-decided" + (f": {shown}" if shown else "")
+        )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
 def unconfined_runs(summaries: list[SandboxSummary]) -> str:
     """One line naming, per run, the batches that ran without a sandbox."""
     parts = []
@@ -201,6 +228,8 @@ class Report:
     verifier_version: str = ""
     sandboxes: list[SandboxSummary] = field(default_factory=list)
     """Per runtime run (with ``run.start``), how its agents and gates were confined."""
+    controls: list[ControlSummary] = field(default_factory=list)
+    """Per runtime run whose semantics verified, what the control check re-decided."""
 
     @property
     def exit_code(self) -> ExitCode:
