@@ -135,6 +135,7 @@ def lawful() -> list[Row]:
         *_start("b0002", 200),
         review(1, "Read", "src/a.py", "allow", rv.R_READ),
         review(2, "Write", "src/a.py", "allow", rv.R_WRITE),
+        review(10, "Bash", "python -m pytest -q", "allow", rv.R_WRITE),  # a write, not a path
         review(3, "Edit", "README.md", "deny", rv.R_OUT),
         review(4, "Write", "docs/x.md", "deny", rv.R_LOCKED),  # b0002 holds docs/**
         review(5, "Bash", "git push origin main", "deny", rv.R_UNAPPROVED),
@@ -233,7 +234,11 @@ TAMPERED: list[tuple[str, Callable[[list[Row]], list[Row]], str]] = [
         _edit("b0001", 6, approval="c9"),
         "names approval 'c9', which has no command.receipt before it",
     ),
-    ("approval reused", _edit("b0001", 7, approval="c1"), "reuses approval 'c1'"),
+    (
+        "approval reused",
+        _edit("b0001", 7, approval="c1"),
+        "reuses approval 'c1', already given to b0001/6 (runs/r1/stores/audit.jsonl line ",
+    ),
     (
         "phase not in force",
         _edit("b0001", 2, phase="explore"),
@@ -242,7 +247,7 @@ TAMPERED: list[tuple[str, Callable[[list[Row]], list[Row]], str]] = [
     # numbering and placement
     ("number twice", _edit("b0001", 3, review=2), "numbered twice or below 1"),
     ("number zero", _edit("b0001", 1, review=0), "numbered twice or below 1"),
-    ("gap", _edit("b0001", 9, review=10), "the numbers must be 1..9, [9] missing"),
+    ("gap", _edit("b0001", 9, review=11), "the numbers must be 1..10, [9] missing"),
     ("foreign task", _edit("b0001", 2, task="t2"), "names task 't2', not one of the batch's"),
 ]
 
@@ -282,6 +287,18 @@ def test_an_approval_on_a_call_that_needs_none_is_refused(tmp_path: Path) -> Non
     report = _verify(tmp_path, rows)
     assert report.status.value == "invalid"
     assert "carries approval 'c3', but a write call in normal review needs none" in (
+        report.failure.reason
+    ), report.failure
+
+
+def test_an_approval_of_an_egress_to_a_known_host_is_refused(tmp_path: Path) -> None:
+    rows = lawful()
+    i = _at(rows, "b0001", 8)  # pypi.org is known after review 7: normal review needs none
+    rows[i:i] = _command(2, "c3", "b0001/8")
+    rows[_at(rows, "b0001", 8)][2].update(approval="c3", reason=rv.R_KNOWN_HOST)
+    report = _verify(tmp_path, rows)
+    assert report.status.value == "invalid"
+    assert "carries approval 'c3', but a irreversible call in normal review needs none" in (
         report.failure.reason
     ), report.failure
 
@@ -388,3 +405,41 @@ def test_capsule_egress_hosts_are_known() -> None:
     assert capsule_egress(b'{"capsule":null,"tasks":[]}') == frozenset()
     assert capsule_egress(b'{"capsule":{"egress":"x"},"tasks":[]}') == frozenset()
     assert capsule_egress(None) == frozenset()
+
+
+# ---- the fold on its own (what other checks refuse first in a bundle) ----------------------
+
+
+def _record(kind: str, body: dict[str, Any], store: str = "audit") -> Any:
+    from harness.verify.records import Record
+
+    return Record(store, RUN, 0, "2026-01-01T00:00:00.000000Z", kind, body, "")
+
+
+def _fold(rows: list[Row]) -> ReviewCheck:
+    check = ReviewCheck(RUN, frozenset())
+    for store, kind, body in rows:
+        if store == "audit":
+            check.audit(_record(kind, body), f"{kind}@")
+    for store, kind, body in rows:
+        if store == "control":
+            check.control(_record(kind, body, "control"), f"{kind}@")
+    return check
+
+
+def test_the_fold_ignores_a_release_of_a_lock_not_held() -> None:
+    check = _fold([("audit", "lock.release", {"batch": "b0042", "reason": "retired"})])
+    assert check.held == {}
+    check.finish()
+
+
+def test_the_fold_refuses_an_approval_naming_no_control_command() -> None:
+    from harness.verify.reviewcheck import ReviewError
+
+    rows = [r for r in lawful() if r[0] != "control"]
+    check = _fold(rows)
+    with pytest.raises(ReviewError) as caught:
+        check.finish()
+    assert str(caught.value) == (
+        "action.review@: approval 'c1' of review b0001/6 names no command of the control store"
+    )

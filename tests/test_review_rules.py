@@ -37,6 +37,9 @@ TARGETS = [
     ("Write", {"file_path": f"{ROOT}/../other/x"}, "/work/t/b0001/other/x"),
     ("Write", {"file_path": f"{ROOT}-evil/x"}, f"{ROOT}-evil/x"),  # a sibling, not inside
     ("Write", {"file_path": ROOT}, "."),
+    ("Write", {"file_path": "../x"}, "/work/t/b0001/x"),  # relative: joined to the worktree
+    ("Write", {"file_path": "a/../../y"}, "/work/t/b0001/y"),
+    ("Write", {"file_path": "//Xdir/a"}, "/Xdir/a"),  # POSIX keeps "//": made one "/"
     ("Write", {"file_path": f"//{ROOT[1:]}/a"}, "a"),
     ("Write", {"file_path": 7}, ""),
     ("Write", {"file_path": ""}, ""),
@@ -67,6 +70,14 @@ TARGETS = [
 @pytest.mark.parametrize(("tool", "tool_input", "expected"), TARGETS)
 def test_target_of(tool: str, tool_input: dict[str, object], expected: str) -> None:
     assert target_of(tool, tool_input, ROOT) == expected
+
+
+def test_target_of_odd_roots() -> None:
+    assert target_of("Write", {"file_path": "/etc/passwd"}, "/") == "etc/passwd"
+    assert target_of("Write", {"file_path": "/w/treeX/a"}, "/w/treeX") == "a"
+    assert target_of("Write", {"file_path": "/w/tree/a"}, "/w/treeX") == "/w/tree/a"
+    assert target_of("Write", {"file_path": "/w/tree /a"}, "/w/tree ") == "a"
+    assert target_of("Write", {"file_path": "/w/tree/a"}, "/w/tree ") == "/w/tree/a"
 
 
 def test_targets_are_clipped_to_the_limit_and_marked() -> None:
@@ -282,6 +293,7 @@ EGRESS = [
     ("Bash", "git push", None),
     ("Bash", "echo 'x", None),
     ("Bash", "sudo curl https://c.example", "c.example"),
+    ("Bash", "curl --proxy=http://p.example https://real.example", "real.example"),
     ("Read", "https://x.example", None),
     ("Write", "a", None),
 ]
@@ -362,6 +374,25 @@ def test_decide_refuses_unknown_class_and_strictness() -> None:
     with pytest.raises(ValueError, match="unknown strictness 'lax'"):
         decide("read", in_scope=True, locked=False, strictness="lax", approved=False,
                host_known=False)  # fmt: skip
+
+
+def test_needs_approval_is_what_decide_says() -> None:
+    for cls, strictness, known in itertools.product(rv.CLASSES, rv.STRICTNESS, (False, True)):
+        for in_scope, locked in itertools.product((False, True), repeat=2):
+            with_approval = decide(
+                cls,
+                in_scope=in_scope,
+                locked=locked,
+                strictness=strictness,
+                approved=True,
+                host_known=known,
+            )
+            without = decide(cls, in_scope=in_scope, locked=locked, strictness=strictness,
+                             approved=False, host_known=known)  # fmt: skip
+            wanted = with_approval[0] == "allow" and without[0] == "deny"
+            assert needs_approval(cls, strictness=strictness, host_known=known) is wanted
+    with pytest.raises(ValueError, match="unknown strictness 'lax'"):
+        needs_approval("irreversible", strictness="lax", host_known=False)
 
 
 def test_needs_approval() -> None:

@@ -216,12 +216,9 @@ class ReviewCheck:
         self.used[command] = (label.removeprefix("review "), where)
 
     def control(self, record: Record, where: str) -> None:
-        if record.kind == "command":
+        if record.kind == "command":  # args: an object (records.md, the control store)
             body = record.body
-            args = body["args"]
-            self.commands.setdefault(
-                str(body["id"]), (str(body["command"]), args if type(args) is dict else {}, where)
-            )
+            self.commands.setdefault(str(body["id"]), (str(body["command"]), body["args"], where))
 
     def lineage(self, record: Record, where: str) -> None:
         return None

@@ -199,8 +199,7 @@ def _path_target(value: Any, root: str) -> str:
     ``root`` (the agent's working directory is its worktree). Not a string: empty."""
     if type(value) is not str or not value or "\x00" in value:
         return ""
-    joined = value if value.startswith("/") else posixpath.join(root, value)
-    path = posixpath.normpath(joined)
+    path = posixpath.normpath(posixpath.join(root, value))  # an absolute value stays itself
     if path.startswith("//"):
         path = "/" + path.lstrip("/")
     base = posixpath.normpath(root)
@@ -482,13 +481,11 @@ def decide(
 
 def needs_approval(cls: str, *, strictness: str, host_known: bool) -> bool:
     """Whether a call of ``cls`` waits for an operator: exactly when ``decide`` with an
-    approval would allow it and without one would deny it."""
-    approved = decide(
-        cls, in_scope=True, locked=False, strictness=strictness, approved=True,
-        host_known=host_known,
-    )  # fmt: skip
-    refused = decide(
-        cls, in_scope=True, locked=False, strictness=strictness, approved=False,
-        host_known=host_known,
-    )  # fmt: skip
-    return approved[0] == "allow" and refused[0] == "deny"
+    approval would allow it and without one would deny it — an irreversible call, unless
+    strictest (denied anyway) or an egress to a known host in loose or normal review (allowed
+    anyway). ValueError for an unknown strictness."""
+    if strictness not in STRICTNESS:
+        raise ValueError(f"unknown strictness {strictness!r}")
+    if cls != "irreversible" or strictness == "strictest":
+        return False
+    return not (host_known and strictness in ("loose", "normal"))
