@@ -78,7 +78,8 @@ def with_control(rows: Sequence[tuple[str, str, Body]], plan: bytes) -> Rows:
     """``rows`` (store, kind, body) with the control records the runtime would add, made by
     the runtime's own controller and sensor code: version 1 and the first phase after the
     last ``task.planned``; a ``control.phase`` after each settled transition that changes
-    the phase; one step (``control.sensor``, its decisions and versions) after the
+    the phase, then the meta layer's ``control.review`` for each review point passed; one
+    step (``control.sensor``, its decisions and versions) after the
     transition that follows each ended attempt (outside a crash recovery, where only a
     crashed attempt has one); and ``agent.spawn.config`` set to the version in force.
     Rows that already carry control records are returned unchanged. The event bus records
@@ -191,10 +192,16 @@ class _ControlWriter:
 
         task, target = body["task"], body["to"]
         self.states[task] = target
+        previous = self.machine.progress
         if target in phases.SETTLED and self.machine.settle(self._progress()) is not None:
             self.out.append(("audit", "control.phase", {
                 "phase": self.machine.phase, "progress_pm": self.machine.progress,
                 "step": self.machine.steps, "reason": "progress"}))  # fmt: skip
+        if target in phases.SETTLED:  # the meta layer's reviews (a logical clock: 0 s in)
+            for review in self.machine.reviews(previous, heightened=False):
+                self.out.append(("audit", "control.review", {
+                    "step": self.machine.steps, "progress_pm": self.machine.progress,
+                    "elapsed_s": 0, "heightened": False, **review.record()}))  # fmt: skip
         if not self.recovering and target == "done":
             self.pending[task] = (self.attempts.get(task, 0), None, False)
         elif not self.recovering and (body["from"], target) == ("in_progress", "blocked"):

@@ -99,6 +99,8 @@ TESTS: dict[str, list[str]] = {
     "orchestrate/runner/commands.py": ["tests/test_rounds_units.py"],
     "verify/rules/review.py": ["tests/test_review_rules.py"],
     "verify/reviewcheck.py": ["tests/test_review_evidence.py"],
+    "verify/controlcheck.py": ["tests/test_control_check_units.py"],
+    "verify/controlfacts.py": ["tests/test_control_check_units.py"],
 }
 
 

@@ -732,7 +732,7 @@ def test_a_phase_change_is_recorded_at_once_and_only_then() -> None:
     refused(
         without(rows, change),
         f"a{change}: missing phase: progress 1000 per-mille moved the "
-        f"run into 'converge' at a{change - 1}, but control.sensor comes before its "
+        f"run into 'converge' at a{change - 1}, but control.review comes before its "
         "control.phase",
     )
     refused(
@@ -786,3 +786,57 @@ def test_with_control_leaves_controlled_rows_alone_and_the_check_reads_other_sto
     check = fold([*rows, lineage, control])
     assert check.steps == 5
     assert parse_canonical(PLAN_BYTES)["control"]["threshold"] == 20
+
+
+# -- the meta layer's reviews ----------------------------------------------------------------
+
+
+def test_each_review_point_passed_has_its_review() -> None:
+    rows = lawful()
+    reviews = [i for i, (_, k, _) in enumerate(rows) if k == "control.review"]
+    assert [rows[i][2]["point"] for i in reviews] == [250, 500, 750]
+    assert rows[reviews[0]][2]["step"] == 2 and rows[reviews[0]][2]["progress_pm"] == 333
+    first = reviews[0]
+    refused(
+        without(rows, first),
+        f"a{first}: missing review: progress 0 -> 333 per-mille at "
+        f"a{first - 1} passes the 250 per-mille review point, and control.sensor comes",
+    )
+    last = reviews[-1]
+    refused(rows[:last], "missing review: the records end before the control.review")
+    for member, value in (
+        ("step", 3),
+        ("progress_pm", 334),
+        ("failed", 3),
+        ("fit_pm", 1),
+        ("fit_alert", True),
+        ("judged", 9),
+        ("point", 500),
+    ):
+        refused(
+            changed(rows, first, lambda b, m=member, v=value: b.update({m: v})),
+            f"control.review of point 250 records {member} {value!r}, the rule gives",
+        )
+    extra = copy.deepcopy(rows)
+    extra.insert(first + 1, extra[first])
+    refused(extra, f"a{first + 1}: control.review of point 250 without a settling transition")
+
+
+def test_a_review_is_timed_by_the_records_and_heightened_only_in_hours_four_to_six() -> None:
+    rows = lawful()
+    first = at(rows, "control.review")
+    refused(
+        changed(rows, first, lambda b: b.update(elapsed_s=1)),
+        "records elapsed_s 1: the settlement at a",
+    )
+    refused(
+        changed(rows, first, lambda b: b.update(heightened=True)),
+        "records heightened True at 0 s; hours 4 to 6 of the run give False",
+    )
+    check = control_check(RUN, PLAN_BYTES)
+    late = "2026-01-01T05:00:00.000000Z"  # five hours in: heightened
+    with pytest.raises(ControlError, match="records heightened False at 18000 s"):
+        for i, (store, kind, body) in enumerate(rows[: first + 1]):
+            if store == "audit":
+                when, review = (late, {**body, "elapsed_s": 18000}) if i == first else (TIME, body)
+                check.audit(Record(store, RUN, i, when, kind, review, "0" * 64), f"a{i}")

@@ -57,12 +57,13 @@ from .controlfacts import (
 from .layout import plan_member
 from .records import Record
 from .report import ControlSummary
-from .rules import phases, strategy, trifecta
+from .rules import meta, phases, strategy, trifecta
 from .rules.controller import Controller, Decision, Version, step_of, subtree_of
+from .rules.events import time_us
 from .runchecks import plan_object
 
 CONTROL_KINDS: Final = frozenset(
-    {"control.sensor", "control.decision", "control.phase", "config.version"}
+    {"control.sensor", "control.decision", "control.phase", "config.version", "control.review"}
 )
 PLANNING: Final = frozenset({"task.planned", "capsule.approved"})
 
@@ -75,6 +76,19 @@ class _Ending:
     """Recorded in a crash recovery: the runtime's step has no facts (JobFacts())."""
     where: str
     what: str
+
+
+@dataclass
+class _Reviews:
+    """The meta layer's reviews a settling transition made due (review points passed)."""
+
+    previous: int
+    progress: int
+    points: tuple[int, ...]
+    settled_us: int
+    where: str
+    expected: list[meta.Review] | None = None
+    elapsed: tuple[int, bool] | None = None
 
 
 @dataclass
@@ -97,6 +111,12 @@ class ControlCheck:
     pending: dict[str, _Ending] = field(default_factory=dict)
     phase_due: tuple[str, int, str] | None = None
     """(phase, progress, where the settling transition is) of an unrecorded phase change."""
+    reviews_due: _Reviews | None = None
+    started_us: int = 0
+    """``run.start``'s time; ``version_us``: configuration version 1's."""
+    version_us: int = 0
+    time_us: int = 0
+    """The time of the record being folded."""
     expect: deque[Decision | Version] = field(default_factory=deque)
     steps: int = 0
     readings: int = 0
@@ -127,6 +147,7 @@ class ControlCheck:
 
         self.machine = Controller(cplan.params, tasks, risky=risky, denied=denied)
         self.base = str(body["base_commit"])
+        self.started_us = self.time_us
         self.stage = "planning"
 
     def _first_version(self, kind: str, body: Mapping[str, Any], where: str) -> None:
@@ -144,6 +165,7 @@ class ControlCheck:
                     f"version 1 has {value!r}"
                 )
         self.chain = Chain(1, initial.sha256, initial.document)
+        self.version_us = self.time_us
         self.stage = "phase"
 
     def _first_phase(self, kind: str, body: Mapping[str, Any], where: str) -> None:
@@ -162,6 +184,7 @@ class ControlCheck:
 
     def audit(self, record: Record, where: str) -> None:
         kind, body = record.kind, record.body
+        self.time_us = time_us(record.time)
         if self.stage == "before":
             if kind == "run.start":
                 self._start(body, where)
@@ -199,6 +222,11 @@ class ControlCheck:
                 f"{where}: control.phase {body['phase']!r} without a phase change: progress "
                 f"{self._progress()} per-mille keeps the run in {self.machine.phase!r}"
             )
+        elif kind == "control.review":
+            raise ControlError(
+                f"{where}: control.review of point {body['point']} without a settling "
+                "transition that passes it"
+            )
         else:
             self._evidence(kind, body, where)
 
@@ -215,6 +243,8 @@ class ControlCheck:
             self._phase_is(body, (phase, progress, self.machine.steps, "progress"), where)
             self.phase_due = None
             return True
+        if self.reviews_due is not None:
+            return self._review(kind, body, where)
         if not self.expect:
             return False
         due = self.expect[0]
@@ -252,6 +282,51 @@ class ControlCheck:
                     f"{value!r} (phase {expected[0]!r} at {expected[1]} per-mille of settled "
                     f"tasks, step {expected[2]})"
                 )
+
+    def _review(self, kind: str, body: Mapping[str, Any], where: str) -> bool:
+        """The next due ``control.review``: ``Controller.reviews`` for the settlement, at the
+        step count and progress then; ``elapsed_s`` between the settlement's time since
+        version 1 and the review's own time since ``run.start`` (whole seconds; the runtime
+        reads its clock in between), one value per settlement, and ``heightened`` exactly
+        for hours 4 to 6 of it."""
+        due = self.reviews_due
+        assert due is not None and self.machine is not None
+        done = 0 if due.expected is None else len(due.points) - len(due.expected)
+        if kind != "control.review":
+            raise ControlError(
+                f"{where}: missing review: progress {due.previous} -> {due.progress} per-mille "
+                f"at {due.where} passes the {due.points[done]} per-mille review point, and "
+                f"{kind} comes before its control.review"
+            )
+        elapsed, heightened = int(body["elapsed_s"]), bool(body["heightened"])
+        low = max(0, (due.settled_us - self.version_us) // 1_000_000)
+        high = max(0, (self.time_us - self.started_us) // 1_000_000)
+        if not low <= elapsed <= high or (due.elapsed not in (None, (elapsed, heightened))):
+            raise ControlError(
+                f"{where}: control.review records elapsed_s {elapsed}: the settlement at "
+                f"{due.where} came {low} to {high} whole seconds into the run (one value per "
+                "settlement)"
+            )
+        rule = phases.HEIGHTENED_FROM_S <= elapsed < phases.HEIGHTENED_UNTIL_S
+        if heightened != rule:
+            raise ControlError(
+                f"{where}: control.review records heightened {heightened} at {elapsed} s; "
+                f"hours 4 to 6 of the run give {rule}"
+            )
+        if due.expected is None:
+            due.expected = list(self.machine.reviews(due.previous, heightened=heightened))
+            due.elapsed = (elapsed, heightened)
+        expected = due.expected.pop(0)
+        want = {"step": self.machine.steps, "progress_pm": due.progress, **expected.record()}
+        for member, value in want.items():
+            if body[member] != value:
+                raise ControlError(
+                    f"{where}: control.review of point {expected.point} records {member} "
+                    f"{body[member]!r}, the rule gives {value!r}"
+                )
+        if not due.expected:
+            self.reviews_due = None
+        return True
 
     # -- the evidence around the steps ---------------------------------------------------
 
@@ -309,9 +384,12 @@ class ControlCheck:
         name, target = str(body["task"]), str(body["to"])
         self.states[name] = target
         if target in phases.SETTLED:
-            progress = self._progress()
+            previous, progress = self.machine.progress, self._progress()
             if self.machine.settle(progress) is not None:
                 self.phase_due = (self.machine.phase, progress, where)
+            points = meta.progress_reviews(previous, progress)
+            if points:
+                self.reviews_due = _Reviews(previous, progress, points, self.time_us, where)
         if self.recovering:
             return  # the runtime records no step for what its crash recovery settles
         facts = self._task(name)
@@ -430,6 +508,11 @@ class ControlCheck:
             raise ControlError(
                 f"{at}: missing phase: progress {progress} per-mille moved the run into "
                 f"{phase!r}, and the records end without its control.phase"
+            )
+        if self.reviews_due is not None:
+            raise ControlError(
+                f"{self.reviews_due.where}: missing review: the records end before the "
+                "control.review of the review points this settlement passes"
             )
         if self.expect:
             due = self.expect[0]
