@@ -25,7 +25,9 @@ sets the trifecta denies), feeds it the recorded steps, and demands:
 * every ``config.version`` chains (next number, parent = the previous SHA-256, its own
   SHA-256 the document's, a valid document, change/channel/impact as ``configchain`` gives);
 * a settled transition that moves ``phase_for(progress)`` is followed at once by its
-  ``control.phase``; no other ``control.phase``;
+  ``control.phase``, then by one ``control.review`` per review point it passes (the meta
+  layer's ``Controller.reviews``; ``controlfacts.check_review``); no other ``control.phase``
+  or ``control.review``;
 * ``agent.spawn.config`` is the latest version.
 """
 
@@ -42,10 +44,12 @@ from .controlfacts import (
     ControlError,
     ControlPlan,
     Exit,
+    Reviews,
     check_decision,
     check_expected_version,
     check_pace,
     check_readings,
+    check_review,
     check_tier1,
     check_version,
     control_plan,
@@ -79,19 +83,6 @@ class _Ending:
 
 
 @dataclass
-class _Reviews:
-    """The meta layer's reviews a settling transition made due (review points passed)."""
-
-    previous: int
-    progress: int
-    points: tuple[int, ...]
-    settled_us: int
-    where: str
-    expected: list[meta.Review] | None = None
-    elapsed: tuple[int, bool] | None = None
-
-
-@dataclass
 class ControlCheck:
     run: str
     plan: Mapping[str, Any] | None
@@ -111,7 +102,7 @@ class ControlCheck:
     pending: dict[str, _Ending] = field(default_factory=dict)
     phase_due: tuple[str, int, str] | None = None
     """(phase, progress, where the settling transition is) of an unrecorded phase change."""
-    reviews_due: _Reviews | None = None
+    reviews_due: Reviews | None = None
     started_us: int = 0
     """``run.start``'s time; ``version_us``: configuration version 1's."""
     version_us: int = 0
@@ -244,7 +235,9 @@ class ControlCheck:
             self.phase_due = None
             return True
         if self.reviews_due is not None:
-            return self._review(kind, body, where)
+            if check_review(kind, body, self.reviews_due, self.machine, self._times(), where):
+                self.reviews_due = None
+            return True
         if not self.expect:
             return False
         due = self.expect[0]
@@ -271,6 +264,9 @@ class ControlCheck:
         self.expect.popleft()
         return True
 
+    def _times(self) -> tuple[int, int, int]:
+        return self.started_us, self.version_us, self.time_us
+
     def _phase_is(
         self, body: Mapping[str, Any], expected: tuple[str, int, int, str], where: str
     ) -> None:
@@ -282,51 +278,6 @@ class ControlCheck:
                     f"{value!r} (phase {expected[0]!r} at {expected[1]} per-mille of settled "
                     f"tasks, step {expected[2]})"
                 )
-
-    def _review(self, kind: str, body: Mapping[str, Any], where: str) -> bool:
-        """The next due ``control.review``: ``Controller.reviews`` for the settlement, at the
-        step count and progress then; ``elapsed_s`` between the settlement's time since
-        version 1 and the review's own time since ``run.start`` (whole seconds; the runtime
-        reads its clock in between), one value per settlement, and ``heightened`` exactly
-        for hours 4 to 6 of it."""
-        due = self.reviews_due
-        assert due is not None and self.machine is not None
-        done = 0 if due.expected is None else len(due.points) - len(due.expected)
-        if kind != "control.review":
-            raise ControlError(
-                f"{where}: missing review: progress {due.previous} -> {due.progress} per-mille "
-                f"at {due.where} passes the {due.points[done]} per-mille review point, and "
-                f"{kind} comes before its control.review"
-            )
-        elapsed, heightened = int(body["elapsed_s"]), bool(body["heightened"])
-        low = max(0, (due.settled_us - self.version_us) // 1_000_000)
-        high = max(0, (self.time_us - self.started_us) // 1_000_000)
-        if not low <= elapsed <= high or (due.elapsed not in (None, (elapsed, heightened))):
-            raise ControlError(
-                f"{where}: control.review records elapsed_s {elapsed}: the settlement at "
-                f"{due.where} came {low} to {high} whole seconds into the run (one value per "
-                "settlement)"
-            )
-        rule = phases.HEIGHTENED_FROM_S <= elapsed < phases.HEIGHTENED_UNTIL_S
-        if heightened != rule:
-            raise ControlError(
-                f"{where}: control.review records heightened {heightened} at {elapsed} s; "
-                f"hours 4 to 6 of the run give {rule}"
-            )
-        if due.expected is None:
-            due.expected = list(self.machine.reviews(due.previous, heightened=heightened))
-            due.elapsed = (elapsed, heightened)
-        expected = due.expected.pop(0)
-        want = {"step": self.machine.steps, "progress_pm": due.progress, **expected.record()}
-        for member, value in want.items():
-            if body[member] != value:
-                raise ControlError(
-                    f"{where}: control.review of point {expected.point} records {member} "
-                    f"{body[member]!r}, the rule gives {value!r}"
-                )
-        if not due.expected:
-            self.reviews_due = None
-        return True
 
     # -- the evidence around the steps ---------------------------------------------------
 
@@ -389,7 +340,7 @@ class ControlCheck:
                 self.phase_due = (self.machine.phase, progress, where)
             points = meta.progress_reviews(previous, progress)
             if points:
-                self.reviews_due = _Reviews(previous, progress, points, self.time_us, where)
+                self.reviews_due = Reviews(previous, progress, points, self.time_us, where)
         if self.recovering:
             return  # the runtime records no step for what its crash recovery settles
         facts = self._task(name)

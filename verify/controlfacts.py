@@ -15,8 +15,8 @@ from typing import Any, Final
 
 from .errors import VerificationError
 from .rules import attempts as attempt_rule
-from .rules import configchain, sensors
-from .rules.controller import Decision, Params, Reading, Version, parse_params
+from .rules import configchain, meta, phases, sensors
+from .rules.controller import Controller, Decision, Params, Reading, Version, parse_params
 
 
 class ControlError(VerificationError):
@@ -274,3 +274,67 @@ def check_expected_version(body: Mapping[str, Any], expected: Version, where: st
 def decision_key(body: Mapping[str, Any]) -> str:
     """``layer/rule/action``: how the summary counts decisions."""
     return f"{body['layer']}/{body['rule']}/{body['action']}"
+
+
+@dataclass
+class Reviews:
+    """The meta layer's reviews a settling transition made due (review points passed)."""
+
+    previous: int
+    progress: int
+    points: tuple[int, ...]
+    settled_us: int
+    where: str
+    expected: list[meta.Review] | None = None
+    elapsed: tuple[int, bool] | None = None
+
+
+def check_review(
+    kind: str,
+    body: Mapping[str, Any],
+    due: Reviews,
+    machine: Controller,
+    times: tuple[int, int, int],
+    where: str,
+) -> bool:
+    """The next due ``control.review``: ``Controller.reviews`` for the settlement, at the
+    step count and progress then; ``elapsed_s`` between the settlement's time since version 1
+    and the review's own time since ``run.start`` (whole seconds; the runtime reads its clock
+    in between), one value per settlement, and ``heightened`` exactly for hours 4 to 6 of it.
+    ``times``: (run.start, configuration version 1, this record) in microseconds. True once
+    the settlement's last review was checked."""
+    started_us, version_us, now_us = times
+    done = 0 if due.expected is None else len(due.points) - len(due.expected)
+    if kind != "control.review":
+        raise ControlError(
+            f"{where}: missing review: progress {due.previous} -> {due.progress} per-mille "
+            f"at {due.where} passes the {due.points[done]} per-mille review point, and "
+            f"{kind} comes before its control.review"
+        )
+    elapsed, heightened = int(body["elapsed_s"]), bool(body["heightened"])
+    low = max(0, (due.settled_us - version_us) // 1_000_000)
+    high = max(0, (now_us - started_us) // 1_000_000)
+    if not low <= elapsed <= high or (due.elapsed not in (None, (elapsed, heightened))):
+        raise ControlError(
+            f"{where}: control.review records elapsed_s {elapsed}: the settlement at "
+            f"{due.where} came {low} to {high} whole seconds into the run (one value per "
+            "settlement)"
+        )
+    rule = phases.HEIGHTENED_FROM_S <= elapsed < phases.HEIGHTENED_UNTIL_S
+    if heightened != rule:
+        raise ControlError(
+            f"{where}: control.review records heightened {heightened} at {elapsed} s; "
+            f"hours 4 to 6 of the run give {rule}"
+        )
+    if due.expected is None:
+        due.expected = list(machine.reviews(due.previous, heightened=heightened))
+        due.elapsed = (elapsed, heightened)
+    expected = due.expected.pop(0)
+    want = {"step": machine.steps, "progress_pm": due.progress, **expected.record()}
+    for member, value in want.items():
+        if body[member] != value:
+            raise ControlError(
+                f"{where}: control.review of point {expected.point} records {member} "
+                f"{body[member]!r}, the rule gives {value!r}"
+            )
+    return not due.expected
