@@ -4,8 +4,9 @@ A throw-away git repository with a small Python project, a plan of ten tasks run
 deterministic scripted agent in real worktrees with real gates: two merge, one fails its gate,
 one is denied by the capability trifecta before any process starts, one depends on a merged
 task; two for the control layers (one fails until the I layer changes its agent's strategy,
-one raises a CUSUM alarm on its slowing agent); and three long-horizon tasks run as audited Manager/Executor/Auditor rounds (one
-completes, one ghost ends incomplete, one whose Auditor tries to write is never merged).
+one raises a CUSUM alarm on its slowing agent); and three long-horizon tasks run as audited
+Manager/Executor/Auditor rounds (one completes, one ghost ends incomplete, one whose Auditor
+tries to write is never merged).
 Then ``bundle.tar`` is exported and verified by the standalone verifier (pinned to the demo
 key, HMAC chains checked).
 """
