@@ -124,7 +124,7 @@ def main() -> None:
     repeat = max(1, args.calls // len(reviews))
     started = time.perf_counter()
     for _ in range(repeat):
-        check = ReviewCheck("r", frozenset())
+        check = ReviewCheck(frozenset())
         for record in head:
             check.audit(record, "x")
         for record in reviews:

@@ -144,6 +144,8 @@ def lawful() -> list[Row]:
         *_command(1, "c2", "b0001/7"),
         review(7, "WebFetch", "pypi.org", "allow", rv.R_APPROVED, approval="c2"),
         review(8, "WebFetch", "pypi.org", "allow", rv.R_KNOWN_HOST),
+        review(11, "WebFetch", "evil.example", "deny", rv.R_UNAPPROVED),
+        review(12, "WebFetch", "evil.example", "deny", rv.R_UNAPPROVED),  # denied: not known
         review(1, "Write", "docs/x.md", "allow", rv.R_WRITE, batch="b0002"),
         *_end("b0002"),
         review(9, "Write", "docs/x.md", "deny", rv.R_OUT),  # no longer locked: only out of scope
@@ -215,7 +217,19 @@ TAMPERED: list[tuple[str, Callable[[list[Row]], list[Row]], str]] = [
         "decides 'allow'",
     ),
     ("locked write allowed", _edit("b0001", 4, decision="allow", reason=rv.R_WRITE), "locked True"),
-    ("reason changed", _edit("b0001", 2, reason="looks fine"), "'looks fine'"),
+    (
+        "reason changed",
+        _edit("b0001", 2, reason="looks fine"),
+        "review b0001/2 decides 'allow' ('looks fine'); the rule decides 'allow' "
+        '("write: inside the task\'s scope") for class write, normal review, in scope True, '
+        "locked False, approved False, known host False",
+    ),
+    (
+        "approved call denied",
+        _edit("b0001", 6, decision="deny", reason=rv.R_UNAPPROVED),
+        "the rule decides 'allow' ('irreversible: approved by the operator') for class "
+        "irreversible, normal review, in scope True, locked False, approved True",
+    ),
     ("allowed read denied", _edit("b0001", 1, decision="deny"), "decides 'deny'"),
     # an allow of an irreversible action without approval
     (
@@ -247,7 +261,7 @@ TAMPERED: list[tuple[str, Callable[[list[Row]], list[Row]], str]] = [
     # numbering and placement
     ("number twice", _edit("b0001", 3, review=2), "numbered twice or below 1"),
     ("number zero", _edit("b0001", 1, review=0), "numbered twice or below 1"),
-    ("gap", _edit("b0001", 9, review=11), "the numbers must be 1..10, [9] missing"),
+    ("gap", _edit("b0001", 9, review=13), "the numbers must be 1..12, [9] missing"),
     ("foreign task", _edit("b0001", 2, task="t2"), "names task 't2', not one of the batch's"),
 ]
 
@@ -368,7 +382,7 @@ def test_strictness_follows_the_recorded_phase(tmp_path: Path) -> None:
     for i, (store, kind, body) in enumerate(strictest):
         if kind == "action.review":
             strictest[i] = (store, kind, {**body, "phase": "converge"})
-    for n in (5, 7, 8):
+    for n in (5, 7, 8, 11, 12):
         strictest[_at(strictest, "b0001", n)][2].update(
             decision="deny", reason=rv.R_STRICTEST, approval=None
         )
@@ -399,6 +413,20 @@ def test_an_unknown_phase_is_refused() -> None:
             getattr(check, store)(record, f"{store} {i}")
 
 
+def test_the_check_knows_the_plan_capsule_egress_hosts() -> None:
+    from harness.orchestrate.plandoc import plan_bytes as document_of
+
+    plan = parse_plan(
+        {
+            "plan": {"name": "p"},
+            "capsule": {"goal": "g", "egress": ["pypi.org", "files.example"]},
+            "task": [{"id": "t1", "role": "coder", "prompt": "a"}],
+        }
+    )
+    assert review_check(RUN, document_of(plan)).egress == {"files.example", "pypi.org"}
+    assert review_check(RUN, None).egress == frozenset()
+
+
 def test_capsule_egress_hosts_are_known() -> None:
     document = b'{"capsule":{"egress":["pypi.org",7]},"tasks":[]}'
     assert capsule_egress(document) == frozenset({"pypi.org"})
@@ -417,7 +445,7 @@ def _record(kind: str, body: dict[str, Any], store: str = "audit") -> Any:
 
 
 def _fold(rows: list[Row]) -> ReviewCheck:
-    check = ReviewCheck(RUN, frozenset())
+    check = ReviewCheck(frozenset())
     for store, kind, body in rows:
         if store == "audit":
             check.audit(_record(kind, body), f"{kind}@")

@@ -150,6 +150,10 @@ SHELL = [
     ("python -m pytest -q", "write"),
     ("git status && git diff", "write"),
     ("git -C sub status", "write"),
+    ("git", "write"),
+    ("git --version", "write"),
+    ("npm -v", "write"),
+    ("git -C sub status push", "write"),  # 'push' is a pathspec of status here
     ("git commit -am 'x; git push'", "write"),  # quoted: one word, not a command
     ("rm -rf build dist", "write"),
     ("rm -f -- notes.txt", "write"),

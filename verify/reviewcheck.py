@@ -63,7 +63,6 @@ class _Batch:
 
 @dataclass
 class ReviewCheck:
-    run: str
     egress: frozenset[str]
     """The plan's capsule egress hosts (empty: none, or no plan member)."""
     phase: str = DEFAULT_PHASE
@@ -186,7 +185,7 @@ class ReviewCheck:
                 f"in scope {scoped}, locked {locked}, approved {approval is not None}, "
                 f"known host {known}"
             )
-        if host and decision == "allow" and approval is not None:
+        if host and approval is not None:  # an approved call was allowed (decide says so)
             self.known.setdefault(task, set()).add(host)
 
     def _approval(
@@ -253,4 +252,5 @@ def capsule_egress(plan: bytes | None) -> frozenset[str]:
 def review_check(run: str, plan: bytes | None) -> ReviewCheck:
     """The check for one run. The batches' scopes come from ``agent.spawn.lock``, which the
     locks check binds to the plan member; the plan gives the capsule's egress hosts."""
-    return ReviewCheck(run, capsule_egress(plan))
+    del run  # every message names the record; the run is the bundle member's
+    return ReviewCheck(capsule_egress(plan))

@@ -332,7 +332,7 @@ class ReviewDesk:
         record = {**body, "decision": decision, "reason": reason, "approval": approval}
         self.run.audit("action.review", record)
         self.run.flush()
-        if waiting.host and decision == "allow" and approval is not None:
+        if waiting.host and approval is not None:  # approved and needing it: allowed
             self.known.setdefault(gate.task, set()).add(waiting.host)
         _send(waiting.sock, decision, reason, f"{gate.batch}/{number}")
 
