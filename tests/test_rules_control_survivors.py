@@ -311,3 +311,46 @@ def test_a_drifted_sensor_threshold_fails_the_selftest(monkeypatch: pytest.Monke
 
 def test_denied_stub_is_the_trifecta() -> None:
     assert _denied("x", ["web", "secrets", "shell"]) and not _denied("x", ["web", "shell"])
+
+
+# ---- false alarms inside the controller (the meta layer's crying wolf) -------------------------
+
+
+def _warns(c: Controller) -> list[Decision]:
+    # implement: steps 1-3 at 100 ms set the reference; 4, 5, 6 at 400 ms each alarm
+    # (S = 250 >= 200, reset each time) with an empty bucket: three warnings.
+    c.settle(IMPLEMENT)
+    return decisions(run(c, [step("a", pace=100)] * 3 + [step("a", pace=400)] * 3))
+
+
+def test_overridden_alerts_make_the_sensors_cry_wolf() -> None:
+    c = machine()
+    warns = _warns(c)
+    assert [(d.step, d.action) for d in warns] == [(4, "warn"), (5, "warn"), (6, "warn")]
+    for d in warns:
+        assert c.judge(f"{d.step}:{d.key}", "overridden") is None
+    # step 7 weighs the three verdicts: 3 of 3 false = 1000 > 500: one meta escalation
+    assert decisions(run(c, [step("a", pace=100)])) == [
+        Decision(7, "meta", "falsealarm", "run", 1000, 500, None, "escalate", None)
+    ]
+    assert c.judge("4:agent:a:pace_ms", "confirmed") == (
+        "alert '4:agent:a:pace_ms' is not waiting for a verdict"
+    )
+    # still crying: no second escalation
+    assert decisions(run(c, [step("a", pace=100)])) == []
+
+
+def test_unjudged_alerts_count_as_ignored_after_the_window() -> None:
+    # K = 12: the warnings of 4, 5 and 6 are ignored at 16, 17 and 18; the third makes 3 of 3.
+    c = machine()
+    _warns(c)
+    got = decisions(run(c, [step("a", pace=100)] * 12))
+    assert got == [Decision(18, "meta", "falsealarm", "run", 1000, 500, None, "escalate", None)]
+
+
+def test_confirmed_alerts_do_not_cry_wolf() -> None:
+    c = machine()
+    for d in _warns(c):
+        assert c.judge(f"{d.step}:{d.key}", "confirmed") is None
+    assert c.judge("6:agent:a:pace_ms", "maybe") is not None
+    assert decisions(run(c, [step("a", pace=100)] * 13)) == []
