@@ -38,7 +38,16 @@ from .run import run_dir
 from .safeopen import SafeOpenError, open_append, open_read
 from .store import StoreError, StoreWriter, fsync_dir
 
-COMMANDS: Final = ("stop", "abort", "approve", "answer", "instruct", "resume", "abandon")
+COMMANDS: Final = (
+    "stop",
+    "abort",
+    "approve",
+    "answer",
+    "instruct",
+    "judge",
+    "resume",
+    "abandon",
+)
 """Command names ``issue_command`` accepts (the runtime answers any other name ``rejected``)."""
 AFTER_END: Final = frozenset({"resume", "abandon"})
 """Commands that may still be issued once the run has ended."""

@@ -169,7 +169,16 @@ def test_bad_arguments_are_value_errors(state: Path, kw: dict[str, Any], match: 
 
 
 def test_every_named_command_is_accepted(state: Path) -> None:
-    assert COMMANDS == ("stop", "abort", "approve", "answer", "instruct", "resume", "abandon")
+    assert COMMANDS == (
+        "stop",
+        "abort",
+        "approve",
+        "answer",
+        "instruct",
+        "judge",
+        "resume",
+        "abandon",
+    )
     for n, name in enumerate(COMMANDS):
         assert issue(state, name, command_id=f"id{n}").seq == n
 
@@ -320,7 +329,8 @@ def test_refusals_name_what_and_why(state: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError) as value_error:
         issue(state, "delete")
     assert str(value_error.value) == (
-        "unknown command 'delete'; commands are stop, abort, approve, answer, instruct, resume, "
+        "unknown command 'delete'; commands are stop, abort, approve, answer, instruct, judge, "
+        "resume, "
         "abandon"
     )
     with pytest.raises(UnknownRunError) as unknown:

@@ -238,3 +238,41 @@ def test_the_trend_panel_escapes_names_and_thins_long_runs() -> None:
     hostile = '<script>alert(1)</script>"'
     svg = trend_svg({"trends": [{"run": "r", "agent": hostile, "points": points[:3]}]})
     assert "<script>" not in svg and "&lt;script&gt;" in svg
+
+
+def test_a_judge_command_is_answered_then_its_verdict_recorded(tmp_path: Path) -> None:
+    """The command desk's side of ``harness judge``: a verdict on a waiting alert is applied
+    (receipt, then ``control.verdict``), one on no waiting alert rejected; nothing else."""
+    from harness.receipts.commands import Command
+
+    runtime = _run(tmp_path / "repo", _plan())
+    machine = runtime.control.machine
+    waiting = sorted(machine.pending)
+    assert waiting == ["4:agent:fixer", "5:agent:fixer"]  # the two escalations
+    runtime._pending.clear()
+
+    def judge(seq: int, alert: str, verdict: str) -> None:
+        args = {"alert": alert, "verdict": verdict}
+        command = Command(seq, f"j{seq}", "judge", args, "op", runtime.epoch, "")
+        runtime.desk.decide(command)
+
+    judge(1, "5:agent:fixer", "overridden")
+    judge(2, "5:agent:fixer", "confirmed")  # already judged
+    judge(3, "4:agent:fixer", "wrong")
+    queued = [(kind, body) for kind, body in runtime._pending]
+    assert queued[0] == (
+        "command.receipt",
+        {"id": "j1", "command": "judge", "control_seq": 1, "outcome": "applied",
+         "reason": "alert 5:agent:fixer judged overridden"},
+    )  # fmt: skip
+    assert queued[1] == (
+        "control.verdict",
+        {"alert": "5:agent:fixer", "verdict": "overridden", "command": "j1"},
+    )
+    assert [(b["id"], b["outcome"]) for k, b in queued[2:]] == [
+        ("j2", "rejected"),
+        ("j3", "rejected"),
+    ]
+    assert "not waiting" in queued[2][1]["reason"] and "'wrong'" in queued[3][1]["reason"]
+    assert machine.outcomes == ["overridden"] and list(machine.pending) == ["4:agent:fixer"]
+    runtime._pending.clear()

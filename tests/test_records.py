@@ -201,6 +201,11 @@ SAMPLE_BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "impact": ["coder"],
         "snapshot": "a" * 40,
     },
+    ("audit", "control.verdict"): {
+        "alert": "11:agent:writer:pace_tokens",
+        "verdict": "confirmed",
+        "command": "c-9",
+    },
     ("audit", "control.review"): {
         "step": 6,
         "point": 250,

@@ -67,7 +67,14 @@ from .rules.events import time_us
 from .runchecks import plan_object
 
 CONTROL_KINDS: Final = frozenset(
-    {"control.sensor", "control.decision", "control.phase", "config.version", "control.review"}
+    {
+        "control.sensor",
+        "control.decision",
+        "control.phase",
+        "config.version",
+        "control.review",
+        "control.verdict",
+    }
 )
 PLANNING: Final = frozenset({"task.planned", "capsule.approved"})
 
@@ -184,9 +191,7 @@ class ControlCheck:
             return
         if self.stage == "planning":
             if kind in PLANNING:
-                if kind == "task.planned":
-                    self.states[str(body["task"])] = "planned"
-                return
+                return  # a planned task is not settled: progress needs no record of it
             self._first_version(kind, body, where)
             return
         if self.stage == "phase":
@@ -213,6 +218,11 @@ class ControlCheck:
                 f"{where}: control.phase {body['phase']!r} without a phase change: progress "
                 f"{self._progress()} per-mille keeps the run in {self.machine.phase!r}"
             )
+        elif kind == "control.verdict":
+            assert self.machine is not None
+            problem = self.machine.judge(str(body["alert"]), str(body["verdict"]))
+            if problem is not None:
+                raise ControlError(f"{where}: control.verdict refused by the rule: {problem}")
         elif kind == "control.review":
             raise ControlError(
                 f"{where}: control.review of point {body['point']} without a settling "
@@ -257,7 +267,7 @@ class ControlCheck:
                     f"{due.version}, which is not recorded (the record is {kind})"
                 )
             assert self.chain is not None
-            check_version(body, self.chain, due.step or 0, where)
+            check_version(body, self.chain, self.machine.steps, where)
             check_expected_version(body, due, where)
             self.chain = Chain(due.version, due.sha256, due.document)
             self.versions += 1

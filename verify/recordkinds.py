@@ -484,6 +484,11 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "impact": (True, _str_list),
             "snapshot": (True, _commit),
         },
+        "control.verdict": {
+            "alert": (True, _str),
+            "verdict": (True, _str),
+            "command": (True, _command_id),
+        },
         "control.review": {
             "step": (True, _nat),
             "point": (True, _nat),

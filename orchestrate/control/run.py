@@ -194,6 +194,11 @@ class RunControl:
                 self.run.audit("config.version", version.record(snapshot))
         return observed
 
+    def judge(self, alert: str, verdict: str) -> str | None:
+        """The operator's verdict on an alert (``harness judge``): None when taken, else why
+        not. Its record (``control.verdict``) is the command desk's, after the receipt."""
+        return self.machine.judge(alert, verdict)
+
     def replay(self, kind: str, body: Mapping[str, Any], time: str | None = None) -> None:
         """Fold one audit record of a run being resumed (in store order)."""
         if kind == "run.start" and time is not None:
@@ -201,6 +206,8 @@ class RunControl:
         elif kind == "control.sensor":
             step, readings = step_of(body)
             self.machine.observe(step, readings)
+        elif kind == "control.verdict":
+            self.machine.judge(str(body["alert"]), str(body["verdict"]))
         elif kind == "control.phase":
             self.machine.phase = str(body["phase"])
             self.machine.progress = int(body["progress_pm"])

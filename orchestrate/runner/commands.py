@@ -13,6 +13,9 @@ written BEFORE any effect of it (an effect is a record whose ``command`` member 
   for an approval (its effect: the review's ``action.review.approval``), else rejected;
 * ``instruct``: applied when ``args.task`` names a rounds task that has not ended (its effect,
   ``round.input``, comes when the Manager's next prompt is built), else rejected;
+* ``judge``: applied when ``args.alert`` (``<step>:<key>``) names a control alert still
+  waiting for a verdict and ``args.verdict`` is ``confirmed`` or ``overridden`` (its effect:
+  ``control.verdict``), else rejected;
 * ``resume``: applied only while a continue reads the bus before the loop starts
   (``harness.orchestrate.runner.lifecycle``), else rejected;
 * ``abandon``: answered by ``harness abandon`` itself (it deletes the branch): skipped here.
@@ -119,6 +122,20 @@ class CommandDesk:
             else:
                 self.receipt(command, "applied", f"for the next round of {spec.id}")
                 self.instructions.setdefault(spec.id, []).append(command)
+        elif name == "judge":
+            alert, verdict = command.args.get("alert"), command.args.get("verdict")
+            problem = (
+                run.control.judge(alert, verdict)
+                if isinstance(alert, str) and isinstance(verdict, str)
+                else "args.alert and args.verdict are required"
+            )
+            if problem is not None:
+                self.receipt(command, "rejected", problem)
+            else:
+                self.receipt(command, "applied", f"alert {alert} judged {verdict}")
+                run.audit(
+                    "control.verdict", {"alert": alert, "verdict": verdict, "command": command.id}
+                )
         elif name == "resume":
             if self.accept_resume and self.resume_command is None:
                 self.receipt(command, "applied", f"continue as epoch {run.epoch + 1}")

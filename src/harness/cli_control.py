@@ -143,6 +143,31 @@ def instruct(
     _issue(repo, run_id, "instruct", args, operator, keys_dir, command_id, revision)
 
 
+def judge(
+    run_id: RunOpt,
+    alert: Annotated[
+        str, typer.Option(help="the alert, <step>:<key> (as harness status lists it)")
+    ],
+    verdict: Annotated[
+        str, typer.Option(help="confirmed (the alert was right) or overridden (a false alarm)")
+    ],
+    repo: RepoOpt = Path(),
+    operator: OperatorOpt = "operator",
+    keys_dir: KeysOpt = None,
+    command_id: IdOpt = None,
+    revision: RevisionOpt = None,
+) -> None:
+    """Judge a control alert (a warn or an escalation): the meta layer's false-alarm rate
+    counts what the operator confirmed, overrode, or left unjudged (ignored)."""
+    if verdict not in ("confirmed", "overridden"):
+        raise _usage("--verdict is confirmed or overridden")
+    step, _, key = alert.partition(":")
+    if not step.isdigit() or not key:
+        raise _usage("--alert takes <step>:<key>, e.g. 11:agent:writer:pace_tokens")
+    args = {"alert": alert, "verdict": verdict}
+    _issue(repo, run_id, "judge", args, operator, keys_dir, command_id, revision)
+
+
 def resume(
     plan_file: Annotated[Path, typer.Argument(help="the run's plan.toml")],
     run_id: RunOpt,
@@ -210,6 +235,7 @@ def register(app: typer.Typer) -> None:
         ("approve", approve),
         ("answer", answer),
         ("instruct", instruct),
+        ("judge", judge),
         ("resume", resume),
     ):
         app.command(name)(command)

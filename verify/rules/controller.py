@@ -25,6 +25,11 @@ Per step, in this order (each decision names its step, layer, rule and key):
 5. **D layer, firing rate** (``run``): every ``rate_window`` steps, the P firings (failed
    steps) and I decisions of the window; at least 3 and more than twice the previous
    window's is acceleration: ``escalate``.
+6. **Meta layer**: the scheduled self-test (``meta/selftest`` into a shadow key), then the
+   false-alarm rate: alerts (``warn``/``escalate``) wait for the operator's verdict
+   (``judge``: confirmed or overridden); one not judged within the phase's window of steps
+   is ``ignored``; when the last ``alert_window`` outcomes start crying wolf
+   (``meta.cries_wolf``): ``meta/falsealarm -> escalate``.
 
 A strategy that is a config switch produces the next configuration version
 (``configchain``): fast channel for a contraction, slow (checked for consistency) otherwise.
@@ -38,6 +43,8 @@ from typing import Any, Final
 
 from . import bucket, configchain, cusum, meta, phases, sensors, strategy
 
+VERDICTS: Final = ("confirmed", "overridden")
+"""What an operator can say of an alert (``harness judge``); ``ignored`` is no verdict."""
 MAX_RATE_WINDOW: Final = 1000
 MAX_AGGREGATE: Final = 1000
 RATE_MINIMUM: Final = 3
@@ -257,6 +264,14 @@ class Controller:
         """(step, agent) of every strategy change (the meta layer's controllability)."""
         self.landed: list[tuple[int, str]] = []
         """(step, agent) of every landed step."""
+        self.pending: dict[str, int] = {}
+        """Alerts (``<step>:<key>``) waiting for the operator's verdict, and their step."""
+        self.outcomes: list[str] = []
+        """Every judged alert's outcome in order: confirmed, overridden or ignored."""
+        self.judged = 0
+        """Outcomes already weighed by the false-alarm rate."""
+        self.crying = False
+        """Whether the last false-alarm evaluation found the sensors crying wolf."""
 
     @property
     def profile(self) -> phases.Profile:
@@ -329,6 +344,7 @@ class Controller:
         self._trends(step, number, taken, decisions, versions)
         self._rate(number, decisions)
         self._selftest(step, number, decisions)
+        self._alerts(number, decisions)
         self.classes.append(step.cls)
         if step.cls is None:
             self.landed.append((number, step.agent))
@@ -499,6 +515,45 @@ class Controller:
         )
         action = "detected" if problem is None else strategy.ESCALATE
         decisions.append(Decision(number, "meta", "selftest", key, value, 0, sensor, action, None))
+
+    def judge(self, alert: str, verdict: str) -> str | None:
+        """The operator's verdict on an alert (``confirmed``: it was right; ``overridden``:
+        it was a false alarm); the reason it cannot be taken, or None. Weighed at the next
+        step."""
+        if verdict not in VERDICTS:
+            return f"verdict {verdict!r} is not one of {', '.join(VERDICTS)}"
+        if alert not in self.pending:
+            return f"alert {alert!r} is not waiting for a verdict"
+        del self.pending[alert]
+        self.outcomes.append(verdict)
+        return None
+
+    def _alerts(self, number: int, decisions: list[Decision]) -> None:
+        """The false-alarm rate (meta layer): an alert nobody judged within the phase's
+        window of steps counts as ignored; each new outcome re-weighs the last
+        ``alert_window`` ones, and the moment they cross into crying wolf is a meta
+        escalation (not itself an alert). Then this step's alerts start waiting."""
+        window = self.profile.window
+        for alert, at in sorted(self.pending.items(), key=lambda item: (item[1], item[0])):
+            if at + window <= number:
+                del self.pending[alert]
+                self.outcomes.append("ignored")
+        params = self.params.meta
+        if len(self.outcomes) > self.judged:
+            self.judged = len(self.outcomes)
+            crying = meta.cries_wolf(self.outcomes, params.alert_window, params.false_alarm_pm)
+            if crying and not self.crying:
+                rate = meta.false_alarm_pm(self.outcomes, params.alert_window)
+                decisions.append(
+                    Decision(
+                        number, "meta", "falsealarm", "run", rate, params.false_alarm_pm,
+                        None, strategy.ESCALATE, None,
+                    )
+                )  # fmt: skip
+            self.crying = crying
+        for decision in decisions:
+            if meta.is_alert(decision.action) and decision.rule != "falsealarm":
+                self.pending[f"{decision.step}:{decision.key}"] = number
 
     def reviews(self, previous: int, *, heightened: bool) -> tuple[meta.Review, ...]:
         """The meta layer's reviews for the progress step from ``previous`` to the current
