@@ -840,3 +840,171 @@ def test_a_review_is_timed_by_the_records_and_heightened_only_in_hours_four_to_s
             if store == "audit":
                 when, review = (late, {**body, "elapsed_s": 18000}) if i == first else (TIME, body)
                 check.audit(Record(store, RUN, i, when, kind, review, "0" * 64), f"a{i}")
+
+
+# -- strategies that depend on the recorded matrix and sandbox ------------------------------
+
+OFFLINE = {"kind": "bwrap", "network": False, "private_mounts": False, "opt_out": False}
+TOOLBOX = parse_plan(
+    {
+        "plan": {
+            "name": "p",
+            "max_attempts": 10,
+            "control": {"threshold": 20, "phase_bounds": [0, 1001, 1001]},
+        },
+        "task": [
+            {"id": "t4", "role": "planner", "prompt": "p", "adapter": "claude",
+             "scope": ["plans/**"], "gates": [{"name": "pytest", "command": ["true"]}]},
+            {"id": "t5", "role": "browser", "prompt": "p", "scope": ["web/**"], "tools": ["web"]},
+        ],
+    }
+)  # fmt: skip
+TOOLBOX_BYTES = plan_bytes(TOOLBOX)
+
+
+def _agent_failure(task: str, batch: str, n: int) -> list[Row]:
+    return [move(task, "open", "claimed"), spawn(task, batch, n),
+            move(task, "claimed", "in_progress"), exit_(batch, 10),
+            ("audit", "attempt.failed", {"task": task, "batch": batch, "attempt": n,
+                                         "anomaly": "agent", "retry": True}),
+            move(task, "in_progress", "open"),
+            ("audit", "lock.release", {"batch": batch, "reason": "retired"})]  # fmt: skip
+
+
+def toolbox() -> list[Row]:
+    """t4 (claude, lowered by the recorded offline sandbox) fails its gate four times: the
+    template, then the toolchain (``shell`` added: consistent only because the sandbox lowers
+    claude's tags); t5 (``web``, a risky tool) fails as an agent four times: the template,
+    then the scope (``web`` dropped: a contraction, the fast channel)."""
+    rows = start(TOOLBOX)
+    rows[0][2]["sandbox"] = OFFLINE
+    for n in range(1, 5):
+        rows += attempt("t4", f"b{n}", 10, n, False)
+    for n in range(1, 5):
+        rows += _agent_failure("t5", f"c{n}", n)
+    return with_control([*rows, status("failed"), ("audit", "run.end", {})], TOOLBOX_BYTES)
+
+
+def test_strategies_follow_the_recorded_matrix_and_sandbox() -> None:
+    rows = toolbox()
+    decisions = [b for _, k, b in rows if k == "control.decision"]
+    versions = [b for _, k, b in rows if k == "config.version"]
+    assert [(d["key"], d["action"]) for d in decisions if d["rule"] == "bucket"] == [
+        ("agent:planner", "template"), ("agent:planner", "toolchain"),
+        ("agent:browser", "template"), ("agent:browser", "scope"),
+    ]  # fmt: skip
+    assert [(v["change"], v["channel"]) for v in versions] == [
+        ("initial", "initial"), ("neutral", "slow"), ("expand", "slow"), ("neutral", "slow"),
+        ("contract", "fast"),
+    ]  # fmt: skip
+    check = fold(rows, TOOLBOX_BYTES)
+    summary = check.summary()
+    assert summary is not None and summary.versions == 4
+    assert summary.decisions["I/bucket/template"] == 2
+    # under no sandbox claude carries every tag: the toolchain would complete the trifecta
+    bare = copy.deepcopy(rows)
+    bare[0][2]["sandbox"] = None
+    refused(bare, "records action 'template', the rule decides 'split'", plan=TOOLBOX_BYTES)
+    contract = at(rows, "config.version", 4)
+    refused(changed(rows, contract, lambda b: b.update(channel="slow")),
+            f"a{contract}: config.version 5 records channel 'slow', the rule gives 'fast'",
+            plan=TOOLBOX_BYTES)  # fmt: skip
+
+
+# -- where a refusal is located, and its words ----------------------------------------------
+
+
+def test_each_refusal_names_its_record_and_reason() -> None:
+    rows = lawful()
+    first = at(rows, "control.phase")
+    refused(changed(rows, first, lambda b: b.update(step=1)),
+            f"a{first}: control.phase records step 1, the rule gives 0 (phase 'implement' at 0 "
+            "per-mille of settled tasks, step 0)")  # fmt: skip
+    change = at(rows, "control.phase", 1)
+    refused(changed(rows, change, lambda b: b.update(step=1)), f"a{change}: control.phase")
+    decision = at(rows, "control.decision")
+    refused(changed(rows, decision, lambda b: b.update(level=1)), f"a{decision}: control.decision")
+    second = at(rows, "config.version", 1)
+    refused(changed(rows, second, lambda b: b.update(parent=None)), f"a{second}: config.version")
+    refused(changed(rows, second, lambda b: b.update(snapshot=None)),
+            f"a{second}: config.version 2 records snapshot None, the decision at step 2 "
+            "produces")  # fmt: skip
+    copied = copy.deepcopy(rows)
+    copied.insert(second + 1, copied[second])
+    refused(copied, f"a{second + 1}: config.version 2 follows version 2")
+    sensor = at(rows, "control.sensor")
+    for change_reading, words in (
+        (lambda b: reading(b, "pace_ms").update(value=1), "pace_ms reads 1"),
+        (lambda b: reading(b, "loop").update(anomaly=True), "reading 6 (loop) has anomaly True"),
+        (lambda b: reading(b, "outcome").update(value=0), "tier-1 sensor outcome reads 0"),
+    ):
+        refused(changed(rows, sensor, change_reading), f"a{sensor}: control.sensor step 1: {words}")
+    refused(without(rows, at(rows, "config.version")), "(config.version 1 follows the last "
+            "task.planned)")  # fmt: skip
+    refused(rows[: at(rows, "config.version")], f"run {RUN!r}: no configuration version 1 and "
+            "first control.phase after its tasks (every format-2 run records them)")  # fmt: skip
+    stray = copy.deepcopy(rows)
+    stray.insert(sensor + 1, copy.deepcopy(stray[sensor]))
+    stray[sensor + 1][2]["step"] = 2
+    refused(stray, f"a{sensor + 1}: control.sensor step 2: step without an attempt ending: "
+            "task 't1' has no attempt.failed, landing or rounds suspension since its last "
+            "step")  # fmt: skip
+    empty = changed(rows, sensor, lambda b: b.update(readings=[]))
+    refused(empty, "tier-1 sensor outcome reads nothing")
+    document = canonical_bytes({"tasks": [{"id": "t1", "role": "r", "adapter": "a", "tools": [],
+                                           "scope": []}], "control": {}})  # fmt: skip
+    refused(rows, "runs/r1/plan.json: tasks[0] needs string id, role, adapter and string lists "
+            "tools, scope, requirements", plan=document)  # fmt: skip
+
+
+def test_gates_count_per_kind_and_a_recovered_step_has_none() -> None:
+    rows = raw()
+    failed = at(rows, "gate.result")
+    rows.insert(failed + 1, ("audit", "gate.result", {"task": "t1", "gate": "pytest-slow",
+                                                      "passed": False}))  # fmt: skip
+    lawful_rows = with_control(rows, PLAN_BYTES)
+    first = lawful_rows[at(lawful_rows, "control.sensor")][2]
+    assert reading(first, "tests")["value"] == 2
+    fold(lawful_rows)
+    # a crash recovery's step reads no gates, though its batch recorded one
+    base = raw()
+    t3 = at(base, "agent.spawn", 4)
+    crash = [exit_("b5", 900), gate("t3", False), status("starting"),
+             ("audit", "attempt.failed", {"task": "t3", "batch": "b5", "attempt": 1,
+                                          "anomaly": "crash", "retry": True}),
+             move("t3", "in_progress", "open"), status("running"),
+             *attempt("t3", "b6", 70, 2, True)]  # fmt: skip
+    crashed = with_control([*base[: t3 + 2], *crash, *base[at(base, "run.end") - 1 :]], PLAN_BYTES)
+    fold(crashed)
+    step = at(crashed, "control.sensor", 4)
+    assert "tests" not in [r["sensor"] for r in crashed[step][2]["readings"]]
+    tests = {"sensor": "tests", "tier": 1, "value": 1, "anomaly": True, "trigger": None}
+    refused(changed(crashed, step, lambda b: b["readings"].insert(2, tests)),
+            "tier-1 sensor tests reads 1, the evidence gives nothing")  # fmt: skip
+
+
+def test_a_missing_suspension_step_and_a_late_one_name_their_task() -> None:
+    rows = raw()
+    end = at(rows, "run.end") - 1
+    t3 = at(rows, "agent.spawn", 4)
+    outcome = ("audit", "round.end", {"task": "t3", "outcome": "blocked"})
+    suspended = with_control(
+        [*rows[: t3 + 2], outcome, move("t3", "in_progress", "blocked"), *rows[end:]], PLAN_BYTES
+    )
+    sensor = at(suspended, "control.sensor", 4)
+    assert suspended[sensor][2]["class"] == "blocked"
+    refused(without(suspended, sensor), "missing step: the suspension of task 't3' (attempt 1)")
+    cut = without(
+        rows_ := lawful(), at(rows_, "control.sensor", 4), at(rows_, "control.decision", 2)
+    )
+    refused(cut[: at(cut, "run.status", 3)], "the landing of task 't3' (attempt 1) has no "
+            "control.sensor before the end of the records")  # fmt: skip
+
+
+def test_a_continued_epoch_counts_attempts_anew() -> None:
+    rows = raw()
+    t3 = at(rows, "agent.spawn", 4)
+    continued = [*rows[: t3 - 1], status("paused"), status("starting", 1), status("running", 1),
+                 *rows[t3 - 1 : t3 + 1], status("running", 1), *rows[t3 + 1 :]]  # fmt: skip
+    fold(with_control(continued, PLAN_BYTES))
+    refused([("audit", "control.phase", {})], "control.phase in a run without run.start")

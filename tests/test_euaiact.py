@@ -35,7 +35,9 @@ from harness.verify.canonical import canonical_bytes, parse_canonical
 from harness.verify.chain import derive_store_key
 from harness.verify.records import STORES, parse_record_line
 from harness.verify.rules import trifecta
+from harness.verify.rules.controller import Params
 
+from .evidence_helpers import with_control
 from .test_pack_wheel import verifier_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -373,44 +375,40 @@ def _hostile_state(tmp_path: Path) -> tuple[Path, OperatorKeys]:
             "capsule": None,
             "tasks": [
                 {"id": HOSTILE, "role": "coder", "priority": 1, "depends": [],
-                 "adapter": "scripted", "tools": tools, "scope": ["**"]}
+                 "adapter": "scripted", "tools": tools, "scope": ["**"], "requirements": []}
             ],
+            "control": Params().record(),
         }
     )  # fmt: skip
     denial = trifecta.decide(trifecta.matrix_from_object(MATRIX), "scripted", tools, None)
+    start = {
+        "plan": "p",
+        "plan_sha256": hashlib.sha256(plan).hexdigest(),
+        "producer": "test",
+        "harness_version": "0",
+        "base_commit": "1" * 40,
+        "repository_roots": ["1" * 40],
+        "capabilities": MATRIX,
+        "capsule": None,
+        "sandbox": {"kind": "none", "network": True, "private_mounts": True, "opt_out": True},
+    }
+    planned = {"role": "coder", "priority": 1, "depends": [], "adapter": "scripted"}
+    rows = [
+        ("audit", "run.start", start),
+        ("audit", "task.planned", {**planned, "task": HOSTILE, "tools": tools}),
+        ("audit", "capability.denied",
+         {"task": HOSTILE, "tools": list(denial.chain), "tags": list(denial.tags),
+          "reason": denial.reason, "sandbox": None}),
+        ("audit", "task.transition",
+         {"task": HOSTILE, "from": "planned", "to": "denied", "reason": "trifecta"}),
+        ("control", "command",
+         {"operator": HOSTILE, "command": "stop", "args": {}, "id": "c1", "revision": 0}),
+        ("audit", "run.end", {"outcome": "completed"}),
+    ]  # fmt: skip
     with RunRecorder(state, "hostile", keys) as run:
         run.write_plan(plan)
-        start = {
-            "plan": "p",
-            "plan_sha256": hashlib.sha256(plan).hexdigest(),
-            "producer": "test",
-            "harness_version": "0",
-            "base_commit": "1" * 40,
-            "repository_roots": ["1" * 40],
-            "capabilities": MATRIX,
-            "capsule": None,
-            "sandbox": {"kind": "none", "network": True, "private_mounts": True, "opt_out": True},
-        }
-        run.record("audit", "run.start", start)
-        planned = {"role": "coder", "priority": 1, "depends": [], "adapter": "scripted"}
-        run.record("audit", "task.planned", {**planned, "task": HOSTILE, "tools": tools})
-        run.record(
-            "audit",
-            "capability.denied",
-            {"task": HOSTILE, "tools": list(denial.chain), "tags": list(denial.tags),
-             "reason": denial.reason, "sandbox": None},
-        )  # fmt: skip
-        run.record(
-            "audit",
-            "task.transition",
-            {"task": HOSTILE, "from": "planned", "to": "denied", "reason": "trifecta"},
-        )
-        run.record(
-            "control",
-            "command",
-            {"operator": HOSTILE, "command": "stop", "args": {}, "id": "c1", "revision": 0},
-        )
-        run.record("audit", "run.end", {"outcome": "completed"})
+        for store, kind, body in with_control(rows, plan):  # the runtime's control records
+            run.record(store, kind, body)
     return state, keys
 
 
