@@ -239,6 +239,9 @@ SHELL = [
     ("cd /tmp && find . -delete", "irreversible"),
     ("cd /tmp && ls", "write"),  # moved away, but deletes nothing
     ("cd /tmp && rm", "write"),  # rm without an argument deletes nothing
+    ("cd /tmp && rm -f", "write"),  # options are not arguments
+    ("make && rm -f old.py", "write"),  # only cd/pushd move away
+    ("cd -P && rm x", "irreversible"),  # cd with options only: home
     # network egress
     ("curl https://example.com", "irreversible"),
     ("wget example.org/f", "irreversible"),

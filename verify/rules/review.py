@@ -381,7 +381,7 @@ def _moves_away(words: list[str]) -> bool:
     if posixpath.basename(words[0]) not in ("cd", "pushd"):
         return False
     arguments = [w for w in words[1:] if not w.startswith("-")]
-    return not arguments or any(_outside(w) or w == "-" for w in arguments)
+    return not arguments or any(_outside(w) for w in arguments)  # "cd -": no argument
 
 
 def egress_host(tool: str, target: str) -> str | None:
