@@ -5,7 +5,8 @@ Prints one JSON line. Run: ``python bench/policy.py --tasks 5000``.
 
 A synthetic format-2 history (in memory, no I/O): ``--tasks`` tasks under a capsule, each
 checked before spawn, spawned, one edit, checked before gates, one gate, an intact
-gate-integrity record, merged, done; every 50th task denied by the trifecta. It is folded
+gate-integrity record, merged, done; every 50th task denied by the trifecta; the control
+records the runtime adds (``tests/evidence_helpers.with_control``). It is folded
 twice: with the policy check (``run_semantics``, what the bundle verifier does) and with the
 lifecycle fold alone (``RunSemantics`` without policy).
 
@@ -19,14 +20,20 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from harness.verify.canonical import canonical_bytes
 from harness.verify.records import Record
 from harness.verify.rules import capsule as capsule_rule
 from harness.verify.rules import trifecta
+from harness.verify.rules.controller import Params
 from harness.verify.semantics import RunSemantics, run_semantics
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.evidence_helpers import with_control  # the runtime's control records
 
 T = "2026-01-01T00:00:00.000000Z"
 C, TREE = "1" * 40, "2" * 40
@@ -49,9 +56,10 @@ def history(n: int) -> tuple[bytes, list[Record], list[Record]]:
     for i in range(n):
         tools = ["secrets", "web"] if i % 50 == 0 else ["web"]
         tasks.append({"id": f"t{i}", "role": "r", "priority": 0, "depends": [], "adapter": "s",
-                      "tools": tools, "scope": ["src/**"]})  # fmt: skip
+                      "tools": tools, "scope": ["src/**"], "requirements": []})  # fmt: skip
     plan = canonical_bytes({"format": "harness-verify/plan", "version": 1, "name": "p",
-                            "capsule": CAPSULE, "tasks": tasks})  # fmt: skip
+                            "capsule": CAPSULE, "tasks": tasks,
+                            "control": Params().record()})  # fmt: skip
     audit = [_rec("run.start", plan="p", plan_sha256=hashlib.sha256(plan).hexdigest(),
                   producer="b", harness_version="0", base_commit=C, repository_roots=[C],
                   capabilities=MATRIX, capsule=CAPSULE, sandbox={"kind": "none"})]  # fmt: skip
@@ -99,6 +107,8 @@ def history(n: int) -> tuple[bytes, list[Record], list[Record]]:
             _rec("lock.release", batch=batch, reason="retired"),
         ]  # fmt: skip
         lineage.append(_rec("artifact.write", "lineage", path=f"src/{name}.py", task=name))
+    rows = with_control([("audit", r.kind, dict(r.body)) for r in audit], plan)
+    audit = [_rec(kind, **body) for store, kind, body in rows if store == "audit"]
     return plan, audit, lineage
 
 

@@ -101,7 +101,10 @@ class ControlCheck:
     machine: Controller | None = None
     base: str = ""
     chain: Chain | None = None
-    states: dict[str, str] = field(default_factory=dict)
+    settled: set[str] = field(default_factory=set)
+    """Tasks in a settled state (done, failed, cancelled, denied: final states)."""
+    covered: set[str] = field(default_factory=set)
+    """Requirement ids carried by tasks that are done."""
     facts: dict[str, AttemptFacts] = field(default_factory=dict)
     exits: dict[str, Exit] = field(default_factory=dict)
     epoch: int = 0
@@ -113,7 +116,7 @@ class ControlCheck:
     started_us: int = 0
     """``run.start``'s time; ``version_us``: configuration version 1's."""
     version_us: int = 0
-    time_us: int = 0
+    time: str = "1970-01-01T00:00:00.000000Z"
     """The time of the record being folded."""
     expect: deque[Decision | Version] = field(default_factory=deque)
     steps: int = 0
@@ -145,7 +148,7 @@ class ControlCheck:
 
         self.machine = Controller(cplan.params, tasks, risky=risky, denied=denied)
         self.base = str(body["base_commit"])
-        self.started_us = self.time_us
+        self.started_us = time_us(self.time)
         self.stage = "planning"
 
     def _first_version(self, kind: str, body: Mapping[str, Any], where: str) -> None:
@@ -163,7 +166,7 @@ class ControlCheck:
                     f"version 1 has {value!r}"
                 )
         self.chain = Chain(1, initial.sha256, initial.document)
-        self.version_us = self.time_us
+        self.version_us = time_us(self.time)
         self.stage = "phase"
 
     def _first_phase(self, kind: str, body: Mapping[str, Any], where: str) -> None:
@@ -182,7 +185,7 @@ class ControlCheck:
 
     def audit(self, record: Record, where: str) -> None:
         kind, body = record.kind, record.body
-        self.time_us = time_us(record.time)
+        self.time = record.time  # parsed only where a rule reads it (cheap per record)
         if self.stage == "before":
             if kind == "run.start":
                 self._start(body, where)
@@ -275,7 +278,7 @@ class ControlCheck:
         return True
 
     def _times(self) -> tuple[int, int, int]:
-        return self.started_us, self.version_us, self.time_us
+        return self.started_us, self.version_us, time_us(self.time)
 
     def _phase_is(
         self, body: Mapping[str, Any], expected: tuple[str, int, int, str], where: str
@@ -343,14 +346,18 @@ class ControlCheck:
     def _transition(self, body: Mapping[str, Any], where: str) -> None:
         assert self.machine is not None
         name, target = str(body["task"]), str(body["to"])
-        self.states[name] = target
-        if target in phases.SETTLED:
+        if target in phases.SETTLED:  # settled states are final: counted once, O(1)
+            self.settled.add(name)
+            spec = self.cplan.tasks.get(name) if self.cplan is not None else None
+            if target == "done" and spec is not None:
+                self.covered.update(spec.requirements)
             previous, progress = self.machine.progress, self._progress()
             if self.machine.settle(progress) is not None:
                 self.phase_due = (self.machine.phase, progress, where)
             points = meta.progress_reviews(previous, progress)
             if points:
-                self.reviews_due = Reviews(previous, progress, points, self.time_us, where)
+                settled = time_us(self.time)
+                self.reviews_due = Reviews(previous, progress, points, settled, where)
         if self.recovering:
             return  # the runtime records no step for what its crash recovery settles
         facts = self._task(name)
@@ -378,21 +385,12 @@ class ControlCheck:
 
     def _progress(self) -> int:
         assert self.cplan is not None
-        settled = sum(1 for state in self.states.values() if state in phases.SETTLED)
-        return phases.progress_pm(settled, len(self.cplan.tasks))
+        return phases.progress_pm(len(self.settled), len(self.cplan.tasks))
 
     def _coverage(self) -> int | None:
         assert self.cplan is not None
         wanted = self.cplan.requirements
-        if not wanted:
-            return None
-        covered = {
-            r
-            for name, spec in self.cplan.tasks.items()
-            if self.states.get(name) == "done"
-            for r in spec.requirements
-        }
-        return len(covered) * 1000 // len(wanted)
+        return len(self.covered) * 1000 // len(wanted) if wanted else None
 
     # -- one step ------------------------------------------------------------------------
 
