@@ -39,180 +39,44 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from . import bucket, configchain, cusum, meta, phases, sensors, strategy
+from .controlmodel import (
+    MAX_AGGREGATE,
+    MAX_RATE_WINDOW,
+    PARAM_RANGES,
+    RATE_MINIMUM,
+    VERDICTS,
+    Decision,
+    Observed,
+    Params,
+    Reading,
+    Step,
+    Version,
+    parse_params,
+    step_of,
+    subtree_of,
+)
 
-VERDICTS: Final = ("confirmed", "overridden")
-"""What an operator can say of an alert (``harness judge``); ``ignored`` is no verdict."""
-MAX_RATE_WINDOW: Final = 1000
-MAX_AGGREGATE: Final = 1000
-RATE_MINIMUM: Final = 3
-
-
-@dataclass(frozen=True)
-class Params:
-    threshold: int = bucket.DEFAULT_THRESHOLD
-    cusum: cusum.CusumParams = field(default_factory=cusum.CusumParams)
-    aggregate_agents: int = 3
-    rate_window: int = 10
-    bounds: tuple[int, int, int] = phases.DEFAULT_BOUNDS
-    meta: meta.MetaParams = field(default_factory=meta.MetaParams)
-
-    def record(self) -> dict[str, Any]:
-        """The plan document's ``[plan.control]`` table for these parameters."""
-        return {
-            "threshold": self.threshold,
-            "cusum_warmup": self.cusum.warmup,
-            "cusum_k_pm": self.cusum.k_pm,
-            "cusum_h_pm": self.cusum.h_pm,
-            "aggregate_agents": self.aggregate_agents,
-            "rate_window": self.rate_window,
-            "phase_bounds": list(self.bounds),
-            **self.meta.record(),
-        }
-
-
-PARAM_RANGES: Final = {
-    "threshold": (1, bucket.MAX_THRESHOLD),
-    "cusum_warmup": (1, cusum.MAX_WARMUP),
-    "cusum_k_pm": (0, cusum.MAX_PM),
-    "cusum_h_pm": (1, cusum.MAX_PM),
-    "aggregate_agents": (2, MAX_AGGREGATE),
-    "rate_window": (2, MAX_RATE_WINDOW),
-}
-
-
-def parse_params(table: Mapping[str, Any] | None) -> Params | str:
-    """``[plan.control]`` as parameters, or the reason it is not a valid table."""
-    if table is None:
-        return Params()
-    known = set(PARAM_RANGES) | {"phase_bounds"} | set(meta.META_RANGES)
-    for name in table:
-        if name not in known:
-            return f"unknown member {name!r} (known: {', '.join(sorted(known))})"
-    values: dict[str, int] = {}
-    default = Params().record()
-    for name, (low, high) in PARAM_RANGES.items():
-        value = table.get(name, default[name])
-        if type(value) is not int or not low <= value <= high:
-            return f"{name}: an integer between {low} and {high}"
-        values[name] = value
-    bounds = table.get("phase_bounds", default["phase_bounds"])
-    problem = phases.bounds_error(bounds) if type(bounds) is list else "a list of three integers"
-    if problem is not None:
-        return f"phase_bounds: {problem}"
-    meta_params = meta.parse_meta({k: v for k, v in table.items() if k in meta.META_RANGES})
-    if isinstance(meta_params, str):
-        return meta_params
-    return Params(
-        threshold=values["threshold"],
-        cusum=cusum.CusumParams(values["cusum_warmup"], values["cusum_k_pm"], values["cusum_h_pm"]),
-        aggregate_agents=values["aggregate_agents"],
-        rate_window=values["rate_window"],
-        bounds=(bounds[0], bounds[1], bounds[2]),
-        meta=meta_params,
-    )
-
-
-def subtree_of(scope: Sequence[str]) -> str:
-    """A task's subtree: the first segment of its first scope glob, when that segment has no
-    wildcard; else the repository root ``.``."""
-    if not scope:
-        return "."
-    head = scope[0].split("/", 1)[0]
-    return "." if any(ch in head for ch in "*?[") else head
-
-
-@dataclass(frozen=True)
-class Reading:
-    sensor: str
-    tier: int
-    value: int
-    anomaly: bool
-    trigger: str | None
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "sensor": self.sensor,
-            "tier": self.tier,
-            "value": self.value,
-            "anomaly": self.anomaly,
-            "trigger": self.trigger,
-        }
-
-
-@dataclass(frozen=True)
-class Step:
-    """The facts of one step: tier-1 values, and the values tier-2 sensors would read
-    (``pace_tokens`` present only where usage is known)."""
-
-    task: str
-    agent: str
-    subtree: str
-    attempt: int
-    cls: str | None
-    tier1: Mapping[str, int]
-    measures: Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class Decision:
-    step: int
-    layer: str
-    rule: str
-    key: str
-    level: int
-    threshold: int
-    cls: str | None
-    action: str
-    config: int | None
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "layer": self.layer,
-            "rule": self.rule,
-            "key": self.key,
-            "level": self.level,
-            "threshold": self.threshold,
-            "class": self.cls,
-            "action": self.action,
-            "config": self.config,
-        }
-
-
-@dataclass(frozen=True)
-class Version:
-    version: int
-    parent: str | None
-    sha256: str
-    document: Mapping[str, Any]
-    change: str
-    channel: str
-    step: int | None
-    impact: tuple[str, ...]
-
-    def record(self, snapshot: str) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "parent": self.parent,
-            "sha256": self.sha256,
-            "document": dict(self.document),
-            "change": self.change,
-            "channel": self.channel,
-            "step": self.step,
-            "impact": list(self.impact),
-            "snapshot": snapshot,
-        }
-
-
-@dataclass(frozen=True)
-class Observed:
-    step: int
-    readings: tuple[Reading, ...]
-    decisions: tuple[Decision, ...]
-    versions: tuple[Version, ...]
+__all__ = [
+    "MAX_AGGREGATE",
+    "MAX_RATE_WINDOW",
+    "PARAM_RANGES",
+    "RATE_MINIMUM",
+    "VERDICTS",
+    "Controller",
+    "Decision",
+    "Observed",
+    "Params",
+    "Reading",
+    "Step",
+    "Tasks",
+    "Version",
+    "parse_params",
+    "step_of",
+    "subtree_of",
+]
 
 
 @dataclass
@@ -244,10 +108,14 @@ class Controller:
         self.denied = denied
         self.steps = 0
         self.progress = 0
-        self.phase = phases.phase_for(0, params.bounds)
+        self._phase = phases.phase_for(0, params.bounds)
         self.document: dict[str, Any] = configchain.initial_document()
         self.sha256 = configchain.document_sha256(self.document)
         self.version = 1
+        self.levels: dict[str, int] = {}
+        """Bucket levels by key, valid until the key's window or the phase changes."""
+        self.kinds: dict[str, frozenset[str]] = {}
+        """Anomaly classes in each key's window, cached like ``levels``."""
         self.windows: dict[str, list[tuple[bool, str | None, str]]] = {}
         """Per key, its steps since its last decision: (anomalous, class, agent)."""
         self.trends: dict[str, cusum.CusumState] = {}
@@ -274,6 +142,18 @@ class Controller:
         """Whether the last false-alarm evaluation found the sensors crying wolf."""
 
     @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        """Enter a phase (also as recorded: a resumed runtime, the report's fold)."""
+        if name != self._phase:
+            self._phase = name
+            self.levels.clear()  # the window K is the phase's
+            self.kinds.clear()
+
+    @property
     def profile(self) -> phases.Profile:
         return phases.PROFILES[self.phase]
 
@@ -297,8 +177,29 @@ class Controller:
         return self.agents.setdefault(name, _Agent())
 
     def _level(self, key: str) -> int:
-        window = self.windows.get(key, [])[-self.profile.window :]
-        return bucket.level(anomalous for anomalous, _, _ in window)
+        """The bucket level over the key's last K steps, cached until its window changes."""
+        found = self.levels.get(key)
+        if found is None:
+            window = self.windows.get(key, [])[-self.profile.window :]
+            found = self.levels[key] = bucket.level(bad for bad, _, _ in window)
+        return found
+
+    def _kinds(self, key: str) -> frozenset[str]:
+        """The anomaly classes in the key's last K steps, cached like its level."""
+        found = self.kinds.get(key)
+        if found is None:
+            window = self.windows.get(key, [])[-self.profile.window :]
+            found = self.kinds[key] = frozenset(c for _, c, _ in window if c is not None)
+        return found
+
+    def _changed(self, key: str) -> None:
+        self.levels.pop(key, None)
+        self.kinds.pop(key, None)
+
+    def _reset(self, key: str) -> None:
+        self.windows[key] = []
+        self.levels[key] = 0
+        self.kinds[key] = frozenset()
 
     def level(self, key: str) -> int:
         """The bucket level of ``key`` now (tenths; 0 right after its decision)."""
@@ -370,6 +271,7 @@ class Controller:
             window = self.windows.setdefault(key, [])
             window.append((anomalous, step.cls, step.agent))
             del window[: -phases.MAX_WINDOW]
+            self._changed(key)
             after = self._level(key)
             if not bucket.crossed(before, after, threshold):
                 continue
@@ -379,10 +281,10 @@ class Controller:
                 recent = window[-self.profile.window :]
                 if len({agent for bad, _, agent in recent if bad}) < 2:
                     # One agent's trouble: its own bucket answers it.
-                    self.windows[key] = []
+                    self._reset(key)
                     continue
                 action, version = self._split(step, number), None
-            self.windows[key] = []
+            self._reset(key)
             decisions.append(
                 Decision(number, "I", "bucket", key, after, threshold, step.cls, action, version)
             )
@@ -393,11 +295,12 @@ class Controller:
     def _aggregate(
         self, step: Step, number: int, decisions: list[Decision], versions: list[Version]
     ) -> None:
-        window = self.profile.window
+        if step.cls is None and not self.aggregated:
+            return  # nothing to decide and nothing to re-arm
         showing: dict[str, list[str]] = {}
-        for key, entries in self.windows.items():
+        for key in self.windows:
             if key.startswith("agent:"):
-                for seen in {c for _, c, _ in entries[-window:] if c is not None}:
+                for seen in self._kinds(key):
                     showing.setdefault(seen, []).append(key[len("agent:") :])
         need = self.params.aggregate_agents
         self.aggregated = {c for c in self.aggregated if len(showing.get(c, ())) >= need}
@@ -467,7 +370,7 @@ class Controller:
                     None,
                 )
                 action, version = self._switch(step, number, latest)
-                self.windows[agent_key] = []
+                self._reset(agent_key)
             else:
                 action = strategy.WARN
             decisions.append(
@@ -510,6 +413,7 @@ class Controller:
         window = self.windows.setdefault(key, [])
         window.append((flagged, None, step.agent))
         del window[: -phases.MAX_WINDOW]
+        self._changed(key)
         problem = meta.selftest_problem(
             sensor, value, flagged=flagged, keys=[key], agent=step.agent
         )
@@ -653,23 +557,3 @@ class Controller:
         self.sha256 = version.sha256
         self.made.append(version)
         return self.version
-
-
-def step_of(body: Mapping[str, Any]) -> tuple[Step, tuple[Reading, ...]]:
-    """A ``control.sensor`` body (already checked against its record schema) as the step it
-    records and its readings: what the verifier, and a resumed runtime, feed ``observe``.
-    Tier-2 values stand in for the candidates; a sensor that was off counts as 0."""
-    readings = tuple(
-        Reading(r["sensor"], r["tier"], r["value"], r["anomaly"], r["trigger"])
-        for r in body["readings"]
-    )
-    step = Step(
-        task=body["task"],
-        agent=body["agent"],
-        subtree=body["subtree"],
-        attempt=body["attempt"],
-        cls=body["class"],
-        tier1={r.sensor: r.value for r in readings if r.tier == 1},
-        measures={r.sensor: r.value for r in readings if r.tier == 2},
-    )
-    return step, readings
