@@ -35,6 +35,12 @@ PACKAGES = {"verify": "verify", "receipts": "receipts", "orchestrate": "orchestr
 ALSO_COPY = ["schemas", "docs"]
 CORE = ["verify/chain.py", "verify/merkle.py", "verify/note.py", "verify/canonical.py"]
 # Per module, the test files that exercise it directly (fast ones; no demo runs).
+CONTROL_RULE_TESTS: list[str] = [
+    "tests/test_rules_control.py",
+    "tests/test_rules_control_machine.py",
+    "tests/test_rules_control_survivors.py",
+    "tests/test_control_verdicts.py",
+]
 TESTS: dict[str, list[str]] = {
     "verify/chain.py": ["tests/test_chain.py", "tests/test_storecheck.py"],
     "verify/merkle.py": [
@@ -101,6 +107,16 @@ TESTS: dict[str, list[str]] = {
     "verify/reviewcheck.py": ["tests/test_review_evidence.py"],
     "verify/controlcheck.py": ["tests/test_control_check_units.py"],
     "verify/controlfacts.py": ["tests/test_control_check_units.py"],
+    "verify/rules/bucket.py": CONTROL_RULE_TESTS,
+    "verify/rules/cusum.py": CONTROL_RULE_TESTS,
+    "verify/rules/phases.py": CONTROL_RULE_TESTS,
+    "verify/rules/sensors.py": CONTROL_RULE_TESTS,
+    "verify/rules/strategy.py": CONTROL_RULE_TESTS,
+    "verify/rules/configchain.py": CONTROL_RULE_TESTS,
+    "verify/rules/controller.py": CONTROL_RULE_TESTS,
+    "verify/rules/controlmodel.py": CONTROL_RULE_TESTS,
+    "verify/rules/meta.py": ["tests/test_rules_meta.py", "tests/test_rules_control_survivors.py"],
+    "receipts/euaiact_control.py": ["tests/test_control_runtime.py"],
 }
 
 
