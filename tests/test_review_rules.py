@@ -242,6 +242,15 @@ SHELL = [
     ("cd /tmp && rm -f", "write"),  # options are not arguments
     ("make && rm -f old.py", "write"),  # only cd/pushd move away
     ("cd -P && rm x", "irreversible"),  # cd with options only: home
+    ("echo 'a';git push", "irreversible"),  # punctuation splits words even next to quotes
+    ("python", "write"),
+    ("python -m", "write"),
+    ("python -m aws", "irreversible"),
+    ("python build.py twine upload", "write"),  # no -m: python runs build.py
+    ("npx vercel", "irreversible"),
+    ("npx -y vercel", "irreversible"),
+    ("npx run vercel", "write"),  # for npx, 'run' is the package; only pipx has 'run'
+    ("npx -y", "write"),
     # network egress
     ("curl https://example.com", "irreversible"),
     ("wget example.org/f", "irreversible"),

@@ -354,26 +354,25 @@ def _program_words(words: list[str]) -> list[str]:
     return words
 
 
-def _command_class(words: list[str], moved: bool) -> str:
-    """The class of one simple command; ``moved``: an earlier ``cd``/``pushd`` of the line
-    left the working directory for somewhere the rule cannot place."""
+def _irreversible(words: list[str], moved: bool) -> bool:
+    """Whether one simple command is irreversible; ``moved``: an earlier ``cd``/``pushd`` of
+    the line left the working directory for somewhere the rule cannot place."""
     words = _program_words(words)
     program = posixpath.basename(words[0])
     if "$" in words[0] or program in _ALWAYS or program in _EGRESS:
-        return "irreversible"
+        return True
     subcommands = _SUBCOMMANDS.get(program)
     if subcommands is not None and _subcommand(words) in subcommands:
-        return "irreversible"
+        return True
     arguments = [w for w in words[1:] if not w.startswith("-")]
     if program in _DELETERS and (
         (moved and bool(arguments)) or any(_outside(w) for w in arguments)
     ):
-        return "irreversible"
+        return True
     if program == "find" and "-delete" in words and (moved or any(_outside(w) for w in words)):
-        return "irreversible"
-    if program == "git" and _subcommand(words) in ("clone", "fetch", "pull", "ls-remote"):
-        return "irreversible"  # talks to a remote
-    return "write"
+        return True
+    # git talking to a remote
+    return program == "git" and _subcommand(words) in ("clone", "fetch", "pull", "ls-remote")
 
 
 def _moves_away(words: list[str]) -> bool:
@@ -424,7 +423,7 @@ def classify(tool: str, target: str) -> str:
             return "irreversible"
         moved = False
         for words in commands:
-            if _command_class(words, moved) == "irreversible":
+            if _irreversible(words, moved):
                 return "irreversible"
             moved = moved or _moves_away(words)
         return "write"
