@@ -1008,3 +1008,31 @@ def test_a_continued_epoch_counts_attempts_anew() -> None:
                  *rows[t3 - 1 : t3 + 1], status("running", 1), *rows[t3 + 1 :]]  # fmt: skip
     fold(with_control(continued, PLAN_BYTES))
     refused([("audit", "control.phase", {})], "control.phase in a run without run.start")
+
+
+def _timed(rows: list[Row], times: dict[int, str], last: int) -> None:
+    """Fold ``rows[: last + 1]`` with the given record times (others at ``TIME``)."""
+    check = control_check(RUN, PLAN_BYTES)
+    for i, (store, kind, body) in enumerate(rows[: last + 1]):
+        if store == "audit":
+            record = Record(store, RUN, i, times.get(i, TIME), kind, body, "0" * 64)
+            check.audit(record, f"a{i}")
+
+
+def test_elapsed_seconds_are_floored_between_the_record_times() -> None:
+    rows = lawful()
+    review = at(rows, "control.review")
+    settling = review - 1
+    later = {i: "2026-01-01T00:00:01.500000Z" for i in range(settling, review + 1)}
+    _timed(changed(rows, review, lambda b: b.update(elapsed_s=1)), later, review)  # 1.5 s: 1
+    exact = {i: "2026-01-01T00:00:01.000000Z" for i in range(settling, review + 1)}
+    with pytest.raises(ControlError, match="records elapsed_s 0: the settlement at a"):
+        _timed(rows, exact, review)  # a whole second since version 1: at least 1
+    for elapsed, heightened in ((14400, True), (21599, True), (21600, False)):
+        hours = {i: "2026-01-01T06:00:00.000000Z" for i in range(settling, review + 1)}
+        body = {"elapsed_s": elapsed, "heightened": heightened}
+        timed = changed(rows, review, lambda b, u=body: b.update(u))
+        try:
+            _timed(timed, hours, review)
+        except ControlError as exc:  # the review's values at these thresholds differ: fine
+            assert "records heightened" not in str(exc), exc
