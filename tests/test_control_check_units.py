@@ -1036,3 +1036,17 @@ def test_elapsed_seconds_are_floored_between_the_record_times() -> None:
             _timed(timed, hours, review)
         except ControlError as exc:  # the review's values at these thresholds differ: fine
             assert "records heightened" not in str(exc), exc
+
+
+def test_a_verdict_must_judge_a_waiting_alert() -> None:
+    rows = lawful()
+    warn = rows[at(rows, "control.decision", 1)][2]  # the rate escalation at step 4: an alert
+    alert = f"{warn['step']}:{warn['key']}"
+    after = at(rows, "control.decision", 1) + 1
+    verdict = ("audit", "control.verdict", {"alert": alert, "verdict": "overridden"})
+    fold([*rows[:after], verdict, *rows[after:]])
+    twice = [*rows[:after], verdict, verdict, *rows[after:]]
+    refused(twice, f"a{after + 1}: control.verdict refused by the rule: alert {alert!r} is not "
+            "waiting for a verdict")  # fmt: skip
+    wrong = ("audit", "control.verdict", {"alert": alert, "verdict": "maybe"})
+    refused([*rows[:after], wrong, *rows[after:]], "verdict 'maybe' is not one of")
