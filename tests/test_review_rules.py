@@ -251,6 +251,15 @@ SHELL = [
     ("npx -y vercel", "irreversible"),
     ("npx run vercel", "write"),  # for npx, 'run' is the package; only pipx has 'run'
     ("npx -y", "write"),
+    ("ls 'a' && XDG=1 git push", "irreversible"),  # no comment characters (X, #)
+    ("echo X git push", "write"),  # X is a word, not a separator
+    ("nice -n 10 git push", "irreversible"),
+    ("timeout 60 git push", "irreversible"),
+    ("timeout -k 5 1.5m npm publish", "irreversible"),
+    ("env A=1 git push", "irreversible"),
+    ("env FOO", "write"),
+    ("sudo ls", "write"),
+    ("bash -c 'ls'; git push", "irreversible"),
     # network egress
     ("curl https://example.com", "irreversible"),
     ("wget example.org/f", "irreversible"),
@@ -275,6 +284,14 @@ SHELL = [
 @pytest.mark.parametrize(("command", "expected"), SHELL)
 def test_classify_shell(command: str, expected: str) -> None:
     assert classify("Bash", command) == expected
+
+
+@pytest.mark.parametrize(("command", "expected"), SHELL)
+def test_classify_shell_through_shlex(command: str, expected: str) -> None:
+    """The same table through the shlex path: an empty quoted word changes no command."""
+    quoted = command + " ''"
+    assert rv._QUOTING.search(quoted) is not None
+    assert classify("Bash", quoted) == expected
 
 
 def test_shell_nesting_deeper_than_four_levels_is_irreversible() -> None:

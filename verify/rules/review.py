@@ -99,8 +99,10 @@ WEB_SEARCH: Final = "WebSearch"
 # and, for some programs, its subcommand. A redirection's target becomes a word list of its
 # own (classified as a write: the shell's writes are confined by the sandbox).
 _WRAPPERS: Final = frozenset(
-    {"sudo", "env", "command", "nohup", "time", "nice", "exec", "xargs", "builtin", "doas"}
-)
+    {"sudo", "env", "command", "nohup", "time", "nice", "exec", "xargs", "builtin", "doas",
+     "timeout", "setsid", "stdbuf", "ionice"}
+)  # fmt: skip
+_DURATION: Final = re.compile(r"[0-9]+(?:\.[0-9]+)?[smhd]?")
 _SHELLS: Final = frozenset({"sh", "bash", "dash", "zsh", "ksh"})
 _ASSIGNMENT: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.DOTALL)
 _SUBCOMMANDS: Final[Mapping[str, frozenset[str]]] = {
@@ -265,7 +267,7 @@ def _commands(text: str, depth: int = 0) -> list[list[str]] | None:
         if word and all(ch in ";&|()<>\n" for ch in word):
             commands.append([])
         else:
-            commands[-1].extend(word.split("\n"))
+            commands[-1].append(word)
     out: list[list[str]] = []
     for command in commands:
         words_left = [w for w in command if w != ""]
@@ -276,14 +278,14 @@ def _commands(text: str, depth: int = 0) -> list[list[str]] | None:
             while words_left and (
                 words_left[0].startswith("-")
                 or _ASSIGNMENT.fullmatch(words_left[0])
-                or words_left[0].isdigit()
+                or _DURATION.fullmatch(words_left[0])
             ):
                 words_left.pop(0)
         if not words_left:
             continue
         program = posixpath.basename(words_left[0])
         if program in _SHELLS and "-c" in words_left[1:]:
-            index = words_left.index("-c", 1)
+            index = words_left.index("-c")
             if index + 1 >= len(words_left):
                 return None
             inner = _commands(words_left[index + 1], depth + 1)
