@@ -260,6 +260,7 @@ SHELL = [
     ("env FOO", "write"),
     ("sudo ls", "write"),
     ("bash -c 'ls'; git push", "irreversible"),
+    ("rm 'x' foo:/etc", "write"),  # one word (split at whitespace only): a file in the worktree
     # network egress
     ("curl https://example.com", "irreversible"),
     ("wget example.org/f", "irreversible"),
