@@ -50,7 +50,7 @@ from harness.verify.report import (
 )
 from tests.action_steps import action_step
 
-DEMO_FILES = 6
+DEMO_FILES = 9
 HOSTILE_NAMES = [
     b"caf\xe9.txt",  # Latin-1, not UTF-8: arrives as a str with a lone surrogate
     b"evil\n  covered   M calc.py: forged",  # a newline forging a "covered" line

@@ -199,6 +199,11 @@ class RunControl:
         not. Its record (``control.verdict``) is the command desk's, after the receipt."""
         return self.machine.judge(alert, verdict)
 
+    def resumed(self) -> None:
+        """After the fold of a resumed run: progress is the task states' (a review point
+        already passed is not passed again)."""
+        self.machine.progress = self._progress()
+
     def replay(self, kind: str, body: Mapping[str, Any], time: str | None = None) -> None:
         """Fold one audit record of a run being resumed (in store order)."""
         if kind == "run.start" and time is not None:

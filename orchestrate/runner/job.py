@@ -90,6 +90,9 @@ class BatchJob:
         self.meter: Any = None
         """The usage meter fed with the agent's output (None: its adapter reports none)."""
         self.budget_breach: Mapping[str, Any] | None = None
+        self.gates_recorded = False
+        """Whether retirement recorded this batch's ``gate.result``s (the gate sensors read
+        only those)."""
         self.usage_record: Mapping[str, Any] | None = None
         """``agent.exit.usage`` once retired (the pace sensors read its tokens)."""
         """The ``budget.exceeded`` body when the supervisor killed the agent for its budget."""

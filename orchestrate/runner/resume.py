@@ -90,6 +90,7 @@ def resume(run: RunCore) -> bool:
             held.remove(str(body["batch"]))
         elif record.kind == "attempt.failed" and body["retry"]:
             _load_feedback(run, str(body["task"]), int(body["attempt"]))
+    run.control.resumed()
     if not ended:  # a crash: the lifecycle says so before anything of the recovery
         if run.status is None:
             run.set_status("creating", "run.start recorded")

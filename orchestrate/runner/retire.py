@@ -69,7 +69,7 @@ def _steps(run: RunCore, job: BatchJob) -> None:
             (task, gate.name, gate.passed)
             for task, gate in zip(job.gate_tasks, job.gates.results, strict=False)
         ]
-        if job.gates is not None
+        if job.gates is not None and job.gates_recorded
         else (),
         paths=[change.path for change in job.changes],
         calls=[call.request for call in job.output.model_calls] if job.output else (),
@@ -208,6 +208,7 @@ def _land(run: RunCore, job: BatchJob, owners: Mapping[str, str]) -> None:
                 "duration_ms": gate.duration_ms,
             },
         )
+    job.gates_recorded = True  # the sensors read only gates the evidence holds
     broken = violation(job.before, job.after)
     run.audit(
         "gate.integrity",
