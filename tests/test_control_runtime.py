@@ -276,3 +276,19 @@ def test_a_judge_command_is_answered_then_its_verdict_recorded(tmp_path: Path) -
     assert "not waiting" in queued[2][1]["reason"] and "'wrong'" in queued[3][1]["reason"]
     assert machine.outcomes == ["overridden"] and list(machine.pending) == ["4:agent:fixer"]
     runtime._pending.clear()
+
+
+def test_a_resumed_run_does_not_pass_its_review_points_again(walked: Any) -> None:
+    """The walked run settled its one task (progress 1000: the 25/50/75 % reviews are
+    recorded) while its phase never changed, so no control.phase carries that progress: the
+    fold takes it from the task states, and a settlement after the resume reviews nothing."""
+    runtime, audit = walked
+    assert [b["point"] for b in _bodies(audit, "control.review")] == [250, 500, 750]
+    folded = RunControl(runtime)
+    for obj in audit:
+        folded.replay(obj["kind"], obj["body"], obj["time"])
+    folded.resumed()
+    assert folded.machine.progress == 1000
+    runtime._pending.clear()
+    folded.settled()
+    assert [kind for kind, _ in runtime._pending] == []
