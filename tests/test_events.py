@@ -438,3 +438,11 @@ def test_the_bus_may_lag_behind_an_unended_audit_store_only(tmp_path: Path) -> N
     audit2, events2 = run2.records("audit"), run2.records("events")
     refused(audit2, events2[1:], "audit seq 2 (anomaly.test) has no P message")
     refused(audit2, [events2[1], dataclasses.replace(events2[0], seq=1)], "publishes in the audit")
+
+
+def test_a_damaged_time_never_raises() -> None:
+    """A flipped digit can make a time that fits the pattern but names no date (month 13):
+    the rules compute a number, the verifier refuses elsewhere and never crashes (a single
+    bit flip once raised ValueError out of the fold, tests/test_flips.py)."""
+    assert rule.time_us("2026-13-01T00:00:00.000000Z") > rule.time_us("2026-12-01T00:00:00.000000Z")
+    assert rule.time_us("2026-02-31T99:99:99.999999Z") > 0

@@ -23,11 +23,9 @@ functions say, and the verifier demands exactly that from the recorded audit rec
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 HUMAN: Final = "human"
@@ -161,19 +159,40 @@ def handles(
     return False
 
 
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm): integer
+    arithmetic only, total over any digits (a damaged date gives a number, never an error)."""
+    year -= month <= 2
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
 def time_us(text: str) -> int:
-    """A record ``time`` (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, already checked) in microseconds
-    since 1970 (an integer: no float ever carries a time)."""
-    fields = (text[0:4], text[5:7], text[8:10], text[11:13], text[14:16], text[17:19])
-    seconds = calendar.timegm((*(int(part) for part in fields), 0, 0, 0))
+    """A record ``time`` (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, already checked by its pattern) in
+    microseconds since 1970 (an integer: no float ever carries a time)."""
+    days = _days_from_civil(int(text[0:4]), int(text[5:7]), int(text[8:10]))
+    seconds = days * 86_400 + int(text[11:13]) * 3600 + int(text[14:16]) * 60 + int(text[17:19])
     return seconds * 1_000_000 + int(text[20:26])
 
 
 def format_us(micros: int) -> str:
-    """The record ``time`` text of a microsecond count (``time_us``'s inverse)."""
+    """The record ``time`` text of a microsecond count (``time_us``'s inverse for valid times)."""
     seconds, rest = divmod(micros, 1_000_000)
-    moment = datetime.fromtimestamp(seconds, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{rest:06d}Z"
+    days, second = divmod(seconds, 86_400)
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + (3 if mp < 10 else -9)
+    year = yoe + era * 400 + (month <= 2)
+    hour, minute, sec = second // 3600, second // 60 % 60, second % 60
+    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{sec:02d}.{rest:06d}Z"
 
 
 def deadline_us(published: str, ttl_ms: int) -> int | None:
