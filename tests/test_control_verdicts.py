@@ -122,3 +122,20 @@ def test_the_verifier_folds_a_verdict_and_refuses_one_the_rule_cannot_take() -> 
     )
     early = at(rows, "control.sensor", step=rows[warn][2]["step"])  # before the alert exists
     refused([*rows[:early], verdict, *rows[early:]], "is not waiting for a verdict")
+
+
+def test_the_rate_uses_the_plans_window_and_threshold() -> None:
+    """alert_window 3, false_alarm_pm 700: the last three outcomes [o, o, c] are 667 per-mille
+    false (not above 700: no alarm; the defaults, 20 and 500, would alarm); three more
+    overridden make the last three 1000 (the defaults' whole-history rate would be 833)."""
+    machine = _machine(**CUSUM, alert_window=3, false_alarm_pm=700)
+    alerts = _alarms(machine, 6)
+    for alert, verdict in zip(alerts[:3], ("overridden", "overridden", "confirmed"), strict=True):
+        assert machine.judge(alert, verdict) is None
+    quiet = machine.observe(_slow(100))
+    assert not [d for d in quiet.decisions if d.rule == "falsealarm"]
+    for alert in alerts[3:]:
+        machine.judge(alert, "overridden")
+    loud = machine.observe(_slow(100))
+    (wolf,) = [d for d in loud.decisions if d.rule == "falsealarm"]
+    assert (wolf.level, wolf.threshold) == (1000, 700)

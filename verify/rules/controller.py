@@ -438,7 +438,7 @@ class Controller:
         ``alert_window`` ones, and the moment they cross into crying wolf is a meta
         escalation (not itself an alert). Then this step's alerts start waiting."""
         window = self.profile.window
-        for alert, at in sorted(self.pending.items(), key=lambda item: (item[1], item[0])):
+        for alert, at in list(self.pending.items()):  # all become "ignored": order is moot
             if at + window <= number:
                 del self.pending[alert]
                 self.outcomes.append("ignored")
