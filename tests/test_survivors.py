@@ -161,7 +161,12 @@ def test_task_denied_after_its_spawn_breaks_semantics(demo: DemoResult) -> None:
     plan = (run_folder / "plan.json").read_bytes()
     where = [(r, f"audit seq {i}") for i, r in enumerate(records)]
     texts = folder_round_texts(run_folder, demo.run_id)
-    check_run_semantics(demo.run_id, where, [], plan, members=texts)  # the real run is lawful
+    events_path = run_folder / "events.jsonl"
+    events = [
+        (parse_record_line(line, "events", demo.run_id), f"events seq {i}")
+        for i, line in enumerate(events_path.read_bytes().splitlines())
+    ]
+    check_run_semantics(demo.run_id, where, [], plan, members=texts, events=events)  # lawful
     by_kind: dict[str, list[Record]] = {}
     for record in records:
         by_kind.setdefault(record.kind, []).append(record)
