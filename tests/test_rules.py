@@ -14,8 +14,22 @@ from harness.orchestrate.model import CapsuleSpec, TaskSpec
 from harness.verify.rules import capsule, integrity, schedule, scope, trifecta
 
 RULES = Path(__file__).resolve().parents[1] / "verify" / "rules"
-ALLOWED_IMPORTS = {"__future__", "collections.abc", "dataclasses", "enum", "functools", "re",
-                   "typing"}  # fmt: skip
+# Only pure modules: no I/O, clock or randomness. hashlib digests canonical bytes (the
+# configuration chain); posixpath, shlex and urllib.parse split strings (the review rule's
+# paths, shell words and URLs), touching no file system or network.
+ALLOWED_IMPORTS = {
+    "__future__",
+    "collections.abc",
+    "dataclasses",
+    "enum",
+    "functools",
+    "re",
+    "typing",
+    "hashlib",
+    "posixpath",
+    "shlex",
+    "urllib.parse",
+}
 
 
 @pytest.mark.parametrize("path", sorted(RULES.glob("*.py")), ids=lambda p: p.name)

@@ -103,9 +103,18 @@ def test_fake_cli_output_is_metered_in_any_split(
 
 
 def test_adapters_without_usage_get_no_meter() -> None:
-    for name in ("scripted", "aider", "goose", "mycli", "command"):
+    for name in ("aider", "goose", "mycli", "command"):
         assert meter_for(name) is None
     assert meter_for("claude") is not meter_for("claude")  # fresh per agent
+
+
+def test_the_scripted_agent_reports_its_tasks_usage_tokens_in_codex_shape() -> None:
+    meter = meter_for("scripted")
+    assert meter is not None and meter.usage() is None  # no usage line: nothing reported
+    meter.feed("stdout", b'{"type":"turn.completed","usage":{"input_tokens":0,')
+    meter.feed("stdout", b'"output_tokens":6000}}\n{"type":"result","ok":true}\n')
+    usage = meter.usage()
+    assert usage is not None and (usage.input_tokens, usage.output_tokens) == (0, 6000)
 
 
 def test_nothing_reported_is_none_not_zero() -> None:
