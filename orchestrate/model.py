@@ -169,6 +169,9 @@ class Plan:
     role_budgets: Mapping[str, Limits] = field(default_factory=dict)
     """Per role (``[plan.budget.role.<role>]``), sorted by role: every batch of that role is
     charged to it once."""
+    review_wait_s: int = 300
+    """How long (1..3600 s) an irreversible action waits at the review gate for an operator's
+    approval before it is denied (docs/spec/review.md §5)."""
     control: Mapping[str, Any] = field(default_factory=lambda: Params().record())
     """``[plan.control]`` with every default filled in (``harness.verify.rules.controller``:
     bucket threshold, CUSUM, aggregation, rate window, phase bounds)."""

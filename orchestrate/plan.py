@@ -444,6 +444,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         if "role" in head["budget"]:
             role_budgets = _role_budgets(head["budget"]["role"], "plan.budget.role")
 
+    review_wait_s = _int(head.get("review_wait_s", 300), "plan.review_wait_s", 1, 3600)
     control = _parse_control(head["control"]) if "control" in head else Params().record()
     capsule = _parse_capsule(root["capsule"]) if "capsule" in root else None
     commands = _parse_commands(root["adapter"]) if "adapter" in root else {}
@@ -495,6 +496,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         seal_every_s=seal_every_s,
         budget=run_budget,
         role_budgets=role_budgets,
+        review_wait_s=review_wait_s,
         control=control,
     )
 

@@ -50,6 +50,7 @@ _PLAN_KEYS: Final = (
     "seal_every_records",
     "seal_every_s",
     "budget",
+    "review_wait_s",
     "control",
 )
 _BUDGET_KEYS: Final = ("wall_s", "tokens", "cost_usd")

@@ -292,3 +292,24 @@ def test_a_resumed_run_does_not_pass_its_review_points_again(walked: Any) -> Non
     runtime._pending.clear()
     folded.settled()
     assert [kind for kind, _ in runtime._pending] == []
+
+
+def test_the_review_wait_is_a_plan_setting_the_desk_takes() -> None:
+    from harness.orchestrate.plan import PlanError
+    from harness.orchestrate.review.desk import ReviewDesk
+
+    plan = _plan()
+    assert parse_plan(plan).review_wait_s == 300
+    plan["plan"]["review_wait_s"] = 5
+    assert parse_plan(plan).review_wait_s == 5
+
+    class Run:
+        pass
+
+    run = Run()
+    run.plan = parse_plan(plan)  # type: ignore[attr-defined]
+    assert ReviewDesk.of(run).wait_s == 5
+    for bad in (0, 3601, 2.5, "5"):
+        plan["plan"]["review_wait_s"] = bad
+        with pytest.raises(PlanError, match=r"plan\.review_wait_s"):
+            parse_plan(plan)

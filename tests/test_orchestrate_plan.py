@@ -237,7 +237,7 @@ def _chain(*steps: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]
 LONG_ID = "a" * 65
 PLAN_KEYS = (
     "name, max_batch, settle_ticks, concurrency, max_in_flight, max_attempts, idle_s, "
-    "lifetime_s, seal_every_records, seal_every_s, budget, control)"
+    "lifetime_s, seal_every_records, seal_every_s, budget, review_wait_s, control)"
 )
 # (case id, mutation, exact error message, whether the JSON Schema can see the problem)
 CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
