@@ -121,6 +121,9 @@ class RunControl:
 
     def begin(self) -> None:
         """Version 1 and the starting phase, right after the run's first records."""
+        # The run's clock from here on counts from after run.start is durable (and before
+        # version 1 is): the verifier bounds a review's elapsed_s by those two record times.
+        self.run.flush()
         self.started_us = _micros(self._now())
         self.run.audit("config.version", self.machine.initial().record(git.head(self.run.repo)))
         self.machine.settle(self._progress())
@@ -132,6 +135,11 @@ class RunControl:
         layer's reviews for every review point progress passed (25, 50, 75 %; thresholds
         tightened in hours 4 to 6)."""
         progress = self._progress()
+        if progress == self.machine.progress:
+            return
+        # The settling transition is durable before the clock is read, so elapsed_s lies
+        # between its record's time and the review's (what the verifier checks).
+        self.run.flush()
         elapsed_s = max(0, (_micros(self._now()) - self.started_us) // 1_000_000)
         heightened = phases.HEIGHTENED_FROM_S <= elapsed_s < phases.HEIGHTENED_UNTIL_S
         previous = self.machine.progress
