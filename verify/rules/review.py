@@ -45,18 +45,17 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from . import phases
 from .scope import check_rel_path
 
 CLASSES: Final = ("read", "write", "irreversible")
 DECISIONS: Final = ("allow", "deny")
-STRICTNESS: Final = ("loose", "normal", "strict", "strictest")
+STRICTNESS: Final = phases.STRICTNESS
 STRICTNESS_BY_PHASE: Final[Mapping[str, str]] = {
-    "explore": "loose",
-    "implement": "normal",
-    "integrate": "strict",
-    "converge": "strictest",
+    name: profile.review for name, profile in phases.PROFILES.items()
 }
-"""Review strictness per phase (the ``review`` of ``rules.phases.PROFILES``, issue 13 §7)."""
+"""Review strictness per phase: the ``review`` of ``rules.phases.PROFILES`` (issue 13 §7),
+read from there so the phase table is the one definition."""
 DEFAULT_PHASE: Final = "implement"
 """The phase of a run that records no ``control.phase``."""
 
