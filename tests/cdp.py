@@ -26,6 +26,7 @@ import subprocess
 import time
 import zlib
 from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ class Browser:
         profile.mkdir(parents=True, exist_ok=True)
         self.events: list[dict[str, Any]] = []
         self._next_id = 0
+        self._stack = ExitStack()
         self.proc = subprocess.Popen(
             [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdin=subprocess.DEVNULL,
@@ -74,8 +76,15 @@ class Browser:
             port_file = profile / "DevToolsActivePort"
             lines = _wait_for(lambda: _read_port_file(port_file), timeout, "DevToolsActivePort")
             url = f"ws://127.0.0.1:{lines[0]}{lines[1]}"
-            self.ws: ClientConnection = connect(
-                url, open_timeout=timeout, max_size=64 << 20, proxy=None, compression=None
+            self.ws: ClientConnection = self._stack.enter_context(
+                connect(
+                    url,
+                    open_timeout=timeout,
+                    close_timeout=2,
+                    max_size=64 << 20,
+                    proxy=None,
+                    compression=None,
+                )
             )
             target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
             attached = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})
@@ -93,14 +102,11 @@ class Browser:
         self.close()
 
     def close(self) -> None:
-        ws = getattr(self, "ws", None)
-        if ws is not None:
-            ws.close()
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self._stack.close()
+        # The whole group (renderers, zygotes) even if the main process is gone: it is not
+        # reaped yet, so its pid (the group's id) cannot have been reused.
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
 
     # -- protocol --------------------------------------------------------------------------
@@ -145,9 +151,7 @@ class Browser:
         decoded: dict[str, Any] = json.loads(raw)
         return decoded
 
-    def wait_event(
-        self, method: str, *, since: int = 0, timeout: float = 15.0
-    ) -> dict[str, Any]:
+    def wait_event(self, method: str, *, since: int = 0, timeout: float = 15.0) -> dict[str, Any]:
         """The first event ``method`` at index >= ``since`` in ``events`` (reads on until one)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -239,11 +243,14 @@ class Browser:
                 found.append("exception: " + json.dumps(params.get("exceptionDetails"))[:500])
             elif event["method"] == "Log.entryAdded":
                 entry = params.get("entry", {})
+                url = str(entry.get("url", ""))
+                if entry.get("source") == "network" and url.endswith("/favicon.ico"):
+                    continue  # the browser asks for it on its own; no page refers to it
                 if entry.get("level") == "error" or entry.get("source") in (
                     "security",
                     "violation",
                 ):
-                    found.append(f"log {entry.get('source')}: {entry.get('text')}"[:500])
+                    found.append(f"log {entry.get('source')}: {entry.get('text')} {url}"[:500])
         return found
 
 

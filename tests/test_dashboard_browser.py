@@ -1,0 +1,300 @@
+"""The dashboard as a user sees it: a real run in progress, a real server, a real Chromium.
+
+``harness run`` runs a plan of chained tasks whose gates are slow (so task states change while
+the page is open) in a subprocess; ``harness dashboard --port 0 --allow-control`` serves its
+repository in another; Debian's headless ``chromium`` opens the pages, driven over the DevTools
+protocol (``tests/cdp.py``). Checked, in one pass (a run can be stopped only once):
+
+* screenshots of the runs page, the run page and a task page are real PNGs of the viewport's
+  size (and not blank);
+* a task's ``td.state`` changes in the open run page without a reload (a marker set on
+  ``window`` survives, no second main-frame navigation), to a state the audit store recorded;
+* pressing ``button[data-command="stop"]`` (a real mouse click) ends the ``harness run``
+  process; the audit store records ``run.status stopping`` naming the command; its receipt
+  shows up in ``#receipts`` as ``applied``, still without a reload;
+* no console error, uncaught exception or CSP violation in any page; the server exits 0 on
+  SIGTERM.
+
+The detectors are checked too: a reload does remove the marker, and a console error is seen.
+Skipped where ``chromium`` or the dashboard extra (starlette, uvicorn) is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.orchestrate.demo import make_repo
+
+from .cdp import Browser, chromium_path, png_distinct_bytes, png_size
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+RUN = "r1"
+TASKS = 8
+GATE_S = 1.5
+WIDTH, HEIGHT = 1280, 800
+TERMINAL = {"done", "failed", "cancelled", "denied"}
+
+
+def _plan() -> str:
+    """Chained tasks (each depends on the previous), every gate sleeping ``GATE_S``."""
+    python = json.dumps(sys.executable)
+    parts = ['[plan]\nname = "live"\n']
+    for i in range(TASKS):
+        parts += [
+            f'[[task]]\nid = "t{i}"\nrole = "coder"\nprompt = "Write file {i}."\n',
+            f'depends = ["t{i - 1}"]\n' if i else "",
+            f'gates = [{{ name = "slow", command = [{python}, "-c", '
+            f'"import time; time.sleep({GATE_S})"] }}]\n',
+            f'[[task.edits]]\npath = "f{i}.txt"\ncontent = "file {i}\\n"\n',
+        ]
+    return "".join(parts)
+
+
+@dataclass
+class Live:
+    repo: Path
+    env: dict[str, str]
+    run: subprocess.Popen[bytes]
+    audit: Path
+
+    def records(self) -> list[dict[str, Any]]:
+        """The audit store's complete records so far (a torn last line is skipped)."""
+        out = []
+        for line in self.audit.read_bytes().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    """``harness run`` of the slow plan, running in a subprocess, its run.start recorded."""
+    if chromium_path() is None:
+        pytest.skip("chromium not installed: apt-get install chromium")
+    env = dict(os.environ)
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    for name in ("XDG_RUNTIME_DIR", "HARNESS_DASHBOARD_TOKEN"):
+        env.pop(name, None)
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    (tmp_path / "plan.toml").write_text(_plan())
+    init = subprocess.run([sys.executable, "-m", "harness.cli", "init"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    log = (tmp_path / "run.log").open("wb")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "run", str(tmp_path / "plan.toml"), "--run", RUN],
+        cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    audit = repo / ".harness" / "runs" / RUN / "audit.jsonl"
+    state = Live(repo, env, run, audit)
+    try:
+        deadline = time.monotonic() + 30
+        while not (audit.exists() and any(r["kind"] == "run.status" for r in state.records())):
+            assert run.poll() is None, (tmp_path / "run.log").read_text()
+            assert time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.05)
+        yield state
+    finally:
+        _stop(run)
+        log.close()
+
+
+def _dashboard(live: Live, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``harness dashboard --port 0``; its URL from the one line it prints. Its stderr
+    goes to a file (a pipe nobody reads would block a chatty server)."""
+    log = live.repo.parent / f"dashboard-{time.monotonic_ns()}.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "dashboard", "--repo", str(live.repo),
+             "--port", "0", *extra],
+            cwd=live.repo, env=live.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=stderr, text=True,
+        )  # fmt: skip
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("dashboard: http://127.0.0.1:"):
+        _stop(proc)
+        raise AssertionError(f"no listening line: {line!r} {log.read_text()[-2000:]}")
+    return proc, line.split(" ", 1)[1].strip()
+
+
+def _check_png(data: bytes, path: Path) -> None:
+    assert path.read_bytes() == data
+    assert png_size(data) == (WIDTH, HEIGHT)
+    assert png_distinct_bytes(data) > 8, f"{path.name} looks blank"
+
+
+def _main_frame_navigations(browser: Browser, since: int) -> int:
+    return sum(
+        1
+        for e in browser.events[since:]
+        if e["method"] == "Page.frameNavigated" and "parentId" not in e["params"]["frame"]
+    )
+
+
+def _state_of(browser: Browser, task: str) -> str:
+    value = browser.evaluate(
+        f"(document.querySelector('#tasks tr[data-task={json.dumps(task)}] td.state')"
+        " || {}).textContent"
+    )
+    return str(value or "").strip()
+
+
+def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) -> None:
+    browser_path = chromium_path()
+    assert browser_path is not None
+    server, url = _dashboard(live, "--allow-control")
+    try:
+        with Browser(browser_path, tmp_path / "profile") as browser:
+            # -- the runs page ----------------------------------------------------------------
+            browser.navigate(url)
+            row = f"#runs tr[data-run={json.dumps(RUN)}]"
+            browser.wait_for(f"!!document.querySelector({json.dumps(row)})")
+            cells = browser.evaluate(
+                f"['state','epoch','outcomes','seal','verification'].map(c => "
+                f"!!document.querySelector({json.dumps(row)} + ' td.' + c))"
+            )
+            assert cells == [True] * 5
+            assert browser.evaluate(
+                f"!!document.querySelector({json.dumps(row)} + ' a[href*=\"/runs/{RUN}\"]')"
+            )
+            shot = tmp_path / "runs.png"
+            _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+
+            # -- the run page: a task's state changes in place ------------------------------
+            browser.navigate(f"{url}runs/{RUN}")
+            for section in ("#timeline", "#tasks", "#control", "#evidence", "#receipts"):
+                assert browser.evaluate(f"!!document.querySelector('{section}')"), section
+            assert browser.evaluate("!!document.querySelector('#timeline svg')")
+            browser.evaluate("window.__d2_marker = 'no reload'")
+            since = len(browser.events)
+            states = {f"t{i}": _state_of(browser, f"t{i}") for i in range(TASKS)}
+            assert all(states.values()), states  # every task has its row and state cell
+            watched = next(t for t, s in states.items() if s not in TERMINAL)
+            before = states[watched]
+            after = browser.wait_for(
+                f"(() => {{ const c = document.querySelector("
+                f"'#tasks tr[data-task={json.dumps(watched)}] td.state');"
+                f" const s = c && c.textContent.trim();"
+                f" return s && s !== {json.dumps(before)} ? s : null; }})()",
+                timeout=20,
+            )
+            assert browser.evaluate("window.__d2_marker") == "no reload"
+            assert _main_frame_navigations(browser, since) == 0
+            recorded = {
+                r["body"]["to"]
+                for r in live.records()
+                if r["kind"] == "task.transition" and r["body"]["task"] == watched
+            }
+            assert after in recorded, (watched, before, after, recorded)
+            shot = tmp_path / "run.png"
+            _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+
+            # -- stop pressed in the page ends the run; its receipt appears -----------------
+            assert live.run.poll() is None, "the run ended before the stop was pressed"
+            assert browser.evaluate(
+                "!!document.querySelector('#control-form button[data-command=\"stop\"]')"
+            )
+            browser.click('button[data-command="stop"]')
+            receipt = '#receipts li[data-kind="stop"]'
+            browser.wait_for(f"!!document.querySelector({json.dumps(receipt)})", timeout=10)
+            status = browser.wait_for(
+                f"(() => {{ const s = document.querySelector({json.dumps(receipt)}"
+                f" + ' span.status'); const t = s && s.textContent.trim();"
+                f" return t && t !== 'pending' ? t : null; }})()",
+                timeout=30,
+            )
+            assert status == "applied"
+            command = browser.evaluate(
+                f"document.querySelector({json.dumps(receipt)}).dataset.command"
+            )
+            assert live.run.wait(timeout=30) == 1  # stopped: the run did not complete
+            records = live.records()
+            assert any(
+                r["kind"] == "run.status"
+                and r["body"]["status"] == "stopping"
+                and r["body"]["command"] == command
+                for r in records
+            ), command
+            assert any(
+                r["kind"] == "command.receipt"
+                and r["body"]["id"] == command
+                and r["body"]["outcome"] == "applied"
+                for r in records
+            )
+            assert browser.evaluate("window.__d2_marker") == "no reload"
+            assert _main_frame_navigations(browser, since) == 0
+
+            # -- a task page ----------------------------------------------------------------
+            browser.navigate(f"{url}runs/{RUN}/tasks/t0")
+            text = browser.evaluate("document.body.innerText")
+            assert "t0" in text and "f0.txt" in text and "file 0" in text, text[:2000]
+            shot = tmp_path / "task.png"
+            _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+
+            browser.pump(0.3)
+            assert browser.problems() == []
+
+            # -- the detectors detect ---------------------------------------------------------
+            browser.evaluate("window.__d2_marker = 'set'")
+            browser.navigate(f"{url}runs/{RUN}/tasks/t0")  # a reload of the page
+            assert browser.evaluate("window.__d2_marker") is None
+            browser.evaluate("console.error('probe')")
+            browser.pump(0.3)
+            assert any("probe" in p for p in browser.problems())
+
+            # -- SIGTERM with a live page open (its event stream connected): exit 0 ------------
+            browser.navigate(f"{url}runs/{RUN}")
+            browser.pump(0.5)
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=15) == 0
+
+            # -- read-only by default: no control in the page, a command POST is refused ------
+            readonly, url = _dashboard(live)
+            try:
+                browser.navigate(f"{url}runs/{RUN}")
+                assert browser.evaluate("!!document.querySelector('#tasks')")
+                assert (
+                    browser.evaluate(
+                        "document.querySelectorAll('#control-form, button[data-command]').length"
+                    )
+                    == 0
+                )
+                refused = browser.evaluate(
+                    f"fetch('/runs/{RUN}/commands', {{method: 'POST', headers: "
+                    "{'Content-Type': 'application/json'}, body: JSON.stringify({kind: 'stop'})})"
+                    ".then(r => r.status)"
+                )
+                assert refused == 403
+            finally:
+                _stop(readonly)
+    finally:
+        _stop(server)
