@@ -30,6 +30,7 @@ from typing import Any, Final
 from harness.receipts.bundle import ExportError, export_bundle
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.run import run_dir
+from harness.receipts.store import StoreError
 from harness.verify.policy import TrustPolicy
 from harness.verify.records import STORES
 
@@ -135,6 +136,8 @@ def check_run(state: Path, run_id: str, keys: OperatorKeys) -> dict[str, Any]:
         try:
             _copy_run(run_dir(state, run_id), run_dir(copy, run_id))
             bundle = export_bundle(copy, Path(tmp) / "bundle.tar", keys, [run_id]).path
+        except StoreError as exc:  # the stores' own chain check refused them at open
+            return {"status": "invalid", "detail": f"export refused: {exc}"}
         except (ExportError, OSError, ValueError) as exc:
             return {"status": "export-failed", "detail": str(exc)}
         report = verify_bundle(
