@@ -37,6 +37,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["control.py", "--steps", "300"],
         ["review.py", "--calls", "200", "--hooks", "2"],
         ["events.py", "--tasks", "40"],
+        ["dashboard.py", "--records", "300", "--grow", "5"],
     ],
     ids=lambda args: args[0],
 )
