@@ -220,6 +220,8 @@ def main() -> None:
         server, port = _start_server(repo, env)
         try:
             ttfb, whole, size, status = _get(port, f"/runs/{RUN}")
+            if status != 200:
+                raise SystemExit(f"GET /runs/{RUN} answered {status}")
             again, _, _, _ = _get(port, f"/runs/{RUN}")
             figures.update(
                 ttfb_first_ms=ttfb * 1e3,
@@ -242,7 +244,8 @@ def main() -> None:
                 tail_peak = max(tail_peak, _status_kb(server.pid, "VmRSS"))
                 time.sleep(args.pace_ms / 1e3)
             writers["audit"].append_many((r["kind"], r["body"]) for r in seed.footer)
-            wanted = args.grow * 2  # at least two task-state events per appended task
+            # one ``task`` event per recorded transition of the appended tasks
+            wanted = args.grow * sum(1 for r in seed.block if r["kind"] == "task.transition")
             deadline = time.monotonic() + 60
             while counter[0] < wanted and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -251,9 +254,11 @@ def main() -> None:
                 grown_records=writers["audit"].size - cursor,
                 tail_s=time.perf_counter() - t1,
                 sse_events=counter[0],
+                sse_transitions_appended=wanted,
                 server_tail_peak_rss_mb=tail_peak / 1024,
                 server_rss_after_tail_mb=_status_kb(server.pid, "VmRSS") / 1024,
-                server_peak_rss_mb=_status_kb(server.pid, "VmHWM") / 1024,
+                # VmHWM is folded from the RSS counters lazily: a later sample can exceed it
+                server_peak_rss_mb=max(tail_peak, _status_kb(server.pid, "VmHWM")) / 1024,
             )
             stop.set()
         finally:
