@@ -39,7 +39,9 @@ class Element:
         return found[0]
 
     def by_class(self, tag: str, cls: str) -> Element:
-        found = [e for e in self.iter()[1:] if e.tag == tag and cls in e.attrs.get("class", "").split()]
+        found = [
+            e for e in self.iter()[1:] if e.tag == tag and cls in e.attrs.get("class", "").split()
+        ]
         assert found, f"no <{tag} class={cls}>"
         return found[0]
 

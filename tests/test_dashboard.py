@@ -65,7 +65,9 @@ def test_runs_page_lists_each_run_with_its_cells(client: TestClient, demo: Any) 
     assert row.find("a").attrs["href"] == f"/runs/{RUN}"
     records = _audit(demo)
     assert row.by_class("td", "epoch").full_text() == "0"
-    assert f"{len(records)} of {len(records)} audit records" in row.by_class("td", "seal").full_text()
+    assert (
+        f"{len(records)} of {len(records)} audit records" in row.by_class("td", "seal").full_text()
+    )
     states = task_states(demo.repo / ".harness", RUN)
     done = sum(1 for s in states.values() if s == "done")
     assert f"done {done}" in row.by_class("td", "outcomes").full_text()
@@ -180,8 +182,14 @@ def test_task_page_rounds_with_parsed_headers(client: TestClient, demo: Any) -> 
 
 
 def test_unknown_run_and_task_are_404(client: TestClient) -> None:
-    for path in ("/runs/nope", "/api/runs/nope", f"/runs/{RUN}/tasks/nope",
-                 "/runs/..%2F..%2Fetc", f"/api/runs/{RUN}/tasks/nope", "/runs/nope/events"):
+    for path in (
+        "/runs/nope",
+        "/api/runs/nope",
+        f"/runs/{RUN}/tasks/nope",
+        "/runs/..%2F..%2Fetc",
+        f"/api/runs/{RUN}/tasks/nope",
+        "/runs/nope/events",
+    ):
         assert client.get(path).status_code == 404, path  # fmt: skip
 
 

@@ -90,8 +90,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 def _pages(client: TestClient) -> dict[str, str]:
     task = quote(HOSTILE_TASK, safe="")
     return {
-        path: client.get(path).text
-        for path in ("/", f"/runs/{RUN}", f"/runs/{RUN}/tasks/{task}")
+        path: client.get(path).text for path in ("/", f"/runs/{RUN}", f"/runs/{RUN}/tasks/{task}")
     }
 
 
