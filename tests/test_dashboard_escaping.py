@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -32,9 +31,9 @@ from .dashboard_helpers import (
 from .evidence_helpers import make_keys
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from harness.orchestrate.dashboard import create_app  # noqa: E402
+from harness.orchestrate.dashboard import create_app
 
 RUN = "hostile"
 KEYS = make_keys(21)

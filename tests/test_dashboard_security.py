@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 
 from harness.orchestrate.demo import make_repo
+from harness.receipts.keys import init_keys, load_keys
 from harness.receipts.run import RunRecorder
 
 from .dashboard_helpers import parse_html
-from harness.receipts.keys import init_keys, load_keys
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from harness.orchestrate.dashboard import create_app, security  # noqa: E402
+from harness.orchestrate.dashboard import create_app, security
 
 RUN = "r1"
 TOKEN = "t0ken-abcdefghijklmnop"
