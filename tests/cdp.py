@@ -229,10 +229,13 @@ class Browser:
         path.write_bytes(data)
         return data
 
-    def problems(self) -> list[str]:
-        """Console errors, uncaught exceptions and CSP/security log entries seen so far."""
+    def problems(self, skip: range = range(0)) -> list[str]:
+        """Console errors, uncaught exceptions and CSP/security log entries seen so far (but
+        for the events whose index is in ``skip``)."""
         found: list[str] = []
-        for event in self.events:
+        for index, event in enumerate(self.events):
+            if index in skip:
+                continue
             params = event.get("params", {})
             if event["method"] == "Runtime.consoleAPICalled" and params.get("type") in (
                 "error",

@@ -12,8 +12,11 @@ protocol (``tests/cdp.py``). Checked, in one pass (a run can be stopped only onc
 * pressing ``button[data-command="stop"]`` (a real mouse click) ends the ``harness run``
   process; the audit store records ``run.status stopping`` naming the command; its receipt
   shows up in ``#receipts`` as ``applied``, still without a reload;
-* no console error, uncaught exception or CSP violation in any page; the server exits 0 on
-  SIGTERM.
+* a cross-site page's self-submitting form (text/plain ``{"kind": "stop"}``, the classic
+  CSRF shape) reaches the server and is refused: no command on the bus, the run goes on;
+* no console error, uncaught exception or CSP violation in any dashboard page; the server
+  exits 0 on SIGTERM with a live page connected to its event stream;
+* a dashboard started without ``--allow-control`` shows no control and refuses a POST (403).
 
 The detectors are checked too: a reload does remove the marker, and a console error is seen.
 Skipped where ``chromium`` or the dashboard extra (starlette, uvicorn) is not installed.
@@ -21,14 +24,17 @@ Skipped where ``chromium`` or the dashboard extra (starlette, uvicorn) is not in
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +152,38 @@ def _dashboard(live: Live, *extra: str) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(" ", 1)[1].strip()
 
 
+@contextmanager
+def _attacker(target: str) -> Iterator[str]:
+    """Another origin (its own port) serving a page whose form posts ``{"kind": "stop"}`` to
+    ``target`` as text/plain (no preflight, no custom header) the moment it loads."""
+    page = (
+        f'<form method="post" action="{target}" enctype="text/plain">'
+        '<input name=\'{"kind": "stop", "x": "\' value=\'"}\'></form>'
+        "<script>document.forms[0].submit()</script>"
+    ).encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 def _check_png(data: bytes, path: Path) -> None:
     assert path.read_bytes() == data
     assert png_size(data) == (WIDTH, HEIGHT)
@@ -188,6 +226,20 @@ def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) 
             )
             shot = tmp_path / "runs.png"
             _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+
+            # -- a cross-site form (the classic CSRF shape) cannot stop the run --------------
+            attack_from = len(browser.events)
+            with _attacker(f"{url}runs/{RUN}/commands") as attack_url:
+                browser.navigate(attack_url)  # it submits itself: a navigation to the answer
+                browser.wait_for("location.pathname.endsWith('/commands')")
+                answered = browser.evaluate(
+                    "performance.getEntriesByType('navigation')[0].responseStatus"
+                )
+            assert answered in (403, 415), answered  # the post arrived, and was refused
+            attack = range(attack_from, len(browser.events))  # its 403 is logged: expected
+            bus = live.repo / ".harness" / "runs" / RUN / "control.jsonl"
+            assert not bus.exists() or bus.read_bytes() == b""
+            assert live.run.poll() is None
 
             # -- the run page: a task's state changes in place ------------------------------
             browser.navigate(f"{url}runs/{RUN}")
@@ -261,7 +313,7 @@ def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) 
             _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
 
             browser.pump(0.3)
-            assert browser.problems() == []
+            assert browser.problems(skip=attack) == []
 
             # -- the detectors detect ---------------------------------------------------------
             browser.evaluate("window.__d2_marker = 'set'")
