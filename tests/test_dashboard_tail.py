@@ -1,0 +1,98 @@
+"""The incremental store tail under the dashboard: only complete lines, only new bytes, and
+a restart (``reset``) on anything an append-only store cannot do — shrink, replacement by
+another file, or a changed prefix — so the fold is never continued across a gap."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.orchestrate.dashboard.tail import StoreTail, TailError
+
+
+def test_reads_only_new_complete_lines(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"a\nb\n")
+    tail = StoreTail(path)
+    assert tail.refresh().lines == [b"a", b"b"]
+    assert tail.refresh().lines == []
+    with path.open("ab") as out:
+        out.write(b"c\nd-torn")
+    chunk = tail.refresh()
+    assert chunk.lines == [b"c"] and not chunk.reset
+    assert tail.count == 3 and tail.size > tail.offset  # the torn tail waits
+    with path.open("ab") as out:
+        out.write(b"\n")
+    assert tail.refresh().lines == [b"d-torn"]
+    assert tail.count == 4
+
+
+def test_shrink_is_a_gap(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"a\nb\nc\n")
+    tail = StoreTail(path)
+    tail.refresh()
+    path.write_bytes(b"a\n")  # truncate in place (same inode)
+    chunk = tail.refresh()
+    assert chunk.reset and chunk.lines == [b"a"] and tail.count == 1
+
+
+def test_changed_prefix_is_a_gap(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"aa\nbb\n")
+    tail = StoreTail(path)
+    tail.refresh()
+    with path.open("r+b") as out:  # same inode, same length, the last line read changed
+        out.seek(3)
+        out.write(b"XX\ncc\n")
+    chunk = tail.refresh()
+    assert chunk.reset and chunk.lines == [b"aa", b"XX", b"cc"]
+
+
+def test_replaced_file_is_a_gap(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"a\n")
+    tail = StoreTail(path)
+    tail.refresh()
+    other = tmp_path / "other"
+    other.write_bytes(b"a\nb\n")
+    os.replace(other, path)  # same prefix, but another file
+    chunk = tail.refresh()
+    assert chunk.reset and chunk.lines == [b"a", b"b"]
+
+
+def test_a_vanished_store_is_a_gap(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"a\n")
+    tail = StoreTail(path)
+    tail.refresh()
+    path.unlink()
+    assert tail.refresh().reset
+    assert not tail.refresh().reset  # still absent: nothing new to say
+
+
+def test_budget_bounds_one_refresh(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(b"".join(b"%04d\n" % i for i in range(100)))
+    tail = StoreTail(path, budget=50)
+    first = tail.refresh().lines
+    assert len(first) == 10
+    rest: list[bytes] = []
+    while tail.offset < tail.size:
+        rest += tail.refresh().lines
+    assert first + rest == [b"%04d" % i for i in range(100)]
+
+
+def test_links_and_fifos_are_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real.jsonl"
+    real.write_bytes(b"a\n")
+    link = tmp_path / "audit.jsonl"
+    link.symlink_to(real)
+    with pytest.raises(TailError):
+        StoreTail(link).refresh()
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(TailError):
+        StoreTail(fifo).refresh()  # never blocks waiting for a writer
