@@ -531,10 +531,12 @@ def abandon(
 
 
 from harness.cli_control import register  # noqa: E402  (the operator commands)
+from harness.cli_dashboard import register as register_dashboard  # noqa: E402
 from harness.cli_hook import register as register_hook  # noqa: E402  (agent CLI hooks)
 
 register(app)
 register_hook(app)
+register_dashboard(app)
 
 
 def main() -> None:
