@@ -374,11 +374,11 @@ def test_narrowing_the_phase_forgets_at_once() -> None:
     # are normal: level 0; a failure then gives 10, not 24.
     c = machine(threshold=30)
     run(c, [step("a", "test")] * 2 + [step("a")] * 6)
-    assert c._level("agent:a") == 14
+    assert c.level("agent:a") == 14
     assert c.settle(INTEGRATE) == "integrate"
-    assert c._level("agent:a") == 0
+    assert c.level("agent:a") == 0
     run(c, [step("a", "test")])
-    assert c._level("agent:a") == 10
+    assert c.level("agent:a") == 10
 
 
 def test_settle_reports_only_a_change() -> None:
@@ -403,7 +403,7 @@ def test_readings_follow_the_phase_and_flag_anomalies() -> None:
     )
     # a tier-2 anomaly makes the step anomalous although the attempt landed
     c.observe(s)
-    assert c._level("agent:a") == 10
+    assert c.level("agent:a") == 10
     c.settle(INTEGRATE)  # full: everything, by level
     assert [(x.sensor, x.trigger) for x in c.readings(step("a")) if x.tier == 2] == [
         ("pace_ms", "level"),
@@ -548,8 +548,8 @@ def test_selftest_probes_land_in_the_shadow_key_only() -> None:
         Decision(2, "meta", "selftest", "selftest:a", 1, 0, "outcome", "detected", None),
         Decision(4, "meta", "selftest", "selftest:a", 1, 0, "tests", "detected", None),
     ]
-    assert c._level("agent:a") == 18  # 10, 9, 19, 18
-    assert c._level("selftest:a") == 20
+    assert c.level("agent:a") == 18  # 10, 9, 19, 18
+    assert c.level("selftest:a") == 20
     assert c.version == 1 and c.fires == 2  # the two real failures
 
 

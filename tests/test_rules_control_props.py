@@ -299,9 +299,28 @@ def test_windows_stay_bounded_and_buckets_in_range(params: Params, ops: list[Ste
             c.settle(op)
             continue
         c.observe(op)
+        k = c.profile.window
         for key, window in c.windows.items():
             assert len(window) <= 20
-            assert 0 <= c._level(key) <= 10 * c.profile.window
+            # the kept sums give the definition's fold over the last K steps
+            assert c.level(key) == bucket.level(bad for bad, _, _ in window[-k:])
+            assert 0 <= c.level(key) <= 10 * k
+            if key.startswith("agent:"):
+                held = {cls for _, cls, _ in window[-k:] if cls is not None}
+                assert c.kinds(key) == held
+        agents = {key[len("agent:") :]: key for key in c.windows if key.startswith("agent:")}
+        for cls, showing in c.showing.items():
+            expected = {a for a, key in agents.items() if cls in c.kinds(key)}
+            assert showing == expected
+
+
+@PROPS
+@given(st.lists(st.booleans(), max_size=60), st.integers(1, 25), st.integers(-50, 50))
+def test_window_level_is_the_fold_over_the_last_k(steps: list[bool], k: int, start: int) -> None:
+    sums = [start]
+    for bad in steps:
+        sums.append(sums[-1] + bucket.delta(bad))
+    assert bucket.window_level(sums, k) == bucket.level(steps[-k:])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

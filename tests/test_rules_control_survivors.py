@@ -208,7 +208,7 @@ def test_recorded_readings_are_taken_as_given() -> None:
     s = step("a")
     o = c.observe(s, [Reading("loop", 2, 9, True, "anomaly")])
     assert o.step == 1 and o.readings == (Reading("loop", 2, 9, True, "anomaly"),)
-    assert c._level("agent:a") == 10
+    assert c.level("agent:a") == 10
 
 
 def test_a_missing_pace_reads_as_zero() -> None:
@@ -306,7 +306,7 @@ def test_a_drifted_sensor_threshold_fails_the_selftest(monkeypatch: pytest.Monke
         (2, "tests", "detected"),
         (3, "loop", "escalate"),
     ]
-    assert c._level("agent:a") == 0  # still no real anomaly
+    assert c.level("agent:a") == 0  # still no real anomaly
 
 
 def test_denied_stub_is_the_trifecta() -> None:

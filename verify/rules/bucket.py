@@ -10,7 +10,7 @@ above after it) is what triggers a strategy change; the key's window then starts
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 ANOMALY: Final = 10
@@ -28,6 +28,24 @@ def level(window: Iterable[bool]) -> int:
     for anomalous in window:
         value = value + ANOMALY if anomalous else max(0, value - NORMAL)
     return value
+
+
+def delta(anomalous: bool) -> int:
+    """What one step does to the level before the floor: +ANOMALY or -NORMAL."""
+    return ANOMALY if anomalous else -NORMAL
+
+
+def window_level(sums: Sequence[int], k: int) -> int:
+    """``level`` of the last ``k`` steps, from the running sums of their ``delta``s.
+
+    ``sums`` holds s_0, s_1, ..., s_n: s_0 any integer (where the key's window starts), s_i
+    = s_(i-1) + delta(step i). A fold from 0 with floor 0 (Lindley's recursion) ends at
+    s_n - min(s_j, j in its span); over the last k steps the span is j = n-k .. n. The
+    controller keeps these sums per key, so each step costs one C-level ``min`` over at
+    most k+1 integers instead of a fold in Python; ``level`` stays the definition, and a
+    property test holds the two equal.
+    """
+    return sums[-1] - min(sums[-k - 1 :])
 
 
 def crossed(before: int, after: int, threshold: int) -> bool:

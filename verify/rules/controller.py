@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from . import bucket, configchain, cusum, meta, phases, sensors, strategy
 from .controlmodel import (
@@ -87,8 +87,19 @@ class _Agent:
     last_pace: int | None = None
 
 
+_AGENT: Final = "agent:"
+_FRESH: Final = cusum.CusumState()
+_MADE_BELOW: Final = 64
+"""Readings of values below this are made once per controller and shared (they are
+immutable); larger values (times, tokens, per-mille) are made each time, so the cache stays
+bounded whatever the input."""
+
 Tasks = Mapping[str, Sequence[tuple[str, Sequence[str]]]]
 """Per agent (role): its tasks' (adapter, tools)."""
+
+
+def _reading(sensor: str, tier: int, value: int, trigger: str | None) -> Reading:
+    return Reading(sensor, tier, value, sensors.anomalous(sensor, value), trigger)
 
 
 class Controller:
@@ -112,12 +123,31 @@ class Controller:
         self.document: dict[str, Any] = configchain.initial_document()
         self.sha256 = configchain.document_sha256(self.document)
         self.version = 1
-        self.levels: dict[str, int] = {}
-        """Bucket levels by key, valid until the key's window or the phase changes."""
-        self.kinds: dict[str, frozenset[str]] = {}
-        """Anomaly classes in each key's window, cached like ``levels``."""
         self.windows: dict[str, list[tuple[bool, str | None, str]]] = {}
-        """Per key, its steps since its last decision: (anomalous, class, agent)."""
+        """Per key, its steps since its last decision (the last ``phases.MAX_WINDOW``):
+        (anomalous, class, agent)."""
+        self.sums: dict[str, list[int]] = {}
+        """Per key, the running sums of its window's bucket deltas, one longer than the
+        window (``bucket.window_level``): a level is one ``min``, never a fold."""
+        self.levels: dict[str, int] = {}
+        """The bucket level of each agent and subtree key after its last step (what the
+        next step's crossing test compares with), until the phase changes K."""
+        self.seen: dict[str, dict[str, int]] = {}
+        """Per agent key, how many steps of each anomaly class its last K steps hold."""
+        self.showing: dict[str, set[str]] = {}
+        """Per anomaly class, the agents whose last K steps hold it (the aggregation's
+        count, kept as windows change instead of recounted at every step)."""
+        self._profile = self.profile
+        self.k = self._profile.window
+        """The phase's window K."""
+        self._tier1_rows: dict[str, list[Reading | None]] = {
+            name: [None] * _MADE_BELOW for name in sensors.TIER1
+        }
+        """Per tier-1 sensor, its readings by value (below ``_MADE_BELOW``), made once."""
+        self._tier2_rows: dict[str, dict[str, list[Reading | None]]] = {
+            name: {} for name in sensors.TIER2
+        }
+        """Per tier-2 sensor and trigger, its readings by value, made once."""
         self.trends: dict[str, cusum.CusumState] = {}
         self.agents: dict[str, _Agent] = {}
         self.last_topology: int | None = None
@@ -150,8 +180,10 @@ class Controller:
         """Enter a phase (also as recorded: a resumed runtime, the report's fold)."""
         if name != self._phase:
             self._phase = name
+            self._profile = phases.PROFILES[name]
+            self.k = self._profile.window
             self.levels.clear()  # the window K is the phase's
-            self.kinds.clear()
+            self._recount()
 
     @property
     def profile(self) -> phases.Profile:
@@ -174,85 +206,167 @@ class Controller:
         return phase
 
     def _agent(self, name: str) -> _Agent:
-        return self.agents.setdefault(name, _Agent())
-
-    def _level(self, key: str) -> int:
-        """The bucket level over the key's last K steps, cached until its window changes."""
-        found = self.levels.get(key)
+        found = self.agents.get(name)
         if found is None:
-            window = self.windows.get(key, [])[-self.profile.window :]
-            found = self.levels[key] = bucket.level(bad for bad, _, _ in window)
+            found = self.agents[name] = _Agent()
         return found
 
-    def _kinds(self, key: str) -> frozenset[str]:
-        """The anomaly classes in the key's last K steps, cached like its level."""
-        found = self.kinds.get(key)
-        if found is None:
-            window = self.windows.get(key, [])[-self.profile.window :]
-            found = self.kinds[key] = frozenset(c for _, c, _ in window if c is not None)
-        return found
+    def level(self, key: str) -> int:
+        """The bucket level of ``key`` over its last K steps now (tenths; 0 right after its
+        decision)."""
+        sums = self.sums.get(key)
+        return 0 if sums is None else bucket.window_level(sums, self.k)
 
-    def _changed(self, key: str) -> None:
-        self.levels.pop(key, None)
-        self.kinds.pop(key, None)
+    def kinds(self, key: str) -> frozenset[str]:
+        """The anomaly classes in agent key ``key``'s last K steps."""
+        return frozenset(self.seen.get(key, ()))
+
+    def _push(self, key: str, bad: bool, cls: str | None, agent: str, counted: bool) -> None:
+        """Append one step to ``key``'s window (its sums, and for an agent key, ``counted``,
+        the classes of its last K steps)."""
+        window = self.windows.get(key)
+        if window is None:
+            window = self.windows[key] = []
+            sums = self.sums[key] = [0]
+        else:
+            sums = self.sums[key]
+        if counted:
+            seen = self.seen.get(key)
+            if seen is None:
+                seen = self.seen[key] = {}
+            k = self.k
+            if len(window) >= k:  # the step that leaves the last K
+                gone = window[-k][1]
+                if gone is not None:
+                    self._count(seen, gone, agent, -1)
+            if cls is not None:
+                self._count(seen, cls, agent, 1)
+        window.append((bad, cls, agent))
+        sums.append(sums[-1] + (bucket.ANOMALY if bad else -bucket.NORMAL))
+        if len(window) > phases.MAX_WINDOW:
+            del window[0]
+            del sums[0]
+
+    def _count(self, seen: dict[str, int], cls: str, agent: str, change: int) -> None:
+        left = seen.get(cls, 0) + change
+        if left:
+            seen[cls] = left
+            if left == 1 and change == 1:
+                self.showing.setdefault(cls, set()).add(agent)
+        else:
+            del seen[cls]
+            self.showing[cls].discard(agent)
+
+    def _recount(self) -> None:
+        """Recount every agent key's classes over the (new) last K steps."""
+        self.seen.clear()
+        self.showing.clear()
+        for key, window in self.windows.items():
+            if key.startswith(_AGENT):
+                agent, seen = key[len(_AGENT) :], self.seen.setdefault(key, {})
+                for _, cls, _ in window[-self.k :]:
+                    if cls is not None:
+                        self._count(seen, cls, agent, 1)
 
     def _reset(self, key: str) -> None:
         self.windows[key] = []
+        self.sums[key] = [0]
         self.levels[key] = 0
-        self.kinds[key] = frozenset()
-
-    def level(self, key: str) -> int:
-        """The bucket level of ``key`` now (tenths; 0 right after its decision)."""
-        return self._level(key)
+        seen = self.seen.pop(key, None)
+        if seen:
+            agent = key[len(_AGENT) :]
+            for cls in seen:
+                self.showing[cls].discard(agent)
 
     def readings(self, step: Step) -> tuple[Reading, ...]:
         """The step's readings at the current phase: tier 1, then the tier-2 sensors the
         activation rule turns on, each flagged."""
-        out = [
-            Reading(name, 1, step.tier1[name], sensors.anomalous(name, step.tier1[name]), None)
-            for name in sensors.TIER1
-            if name in step.tier1
-        ]
+        return self._read(step)[0]
+
+    def _read(self, step: Step) -> tuple[tuple[Reading, ...], bool, list[Reading]]:
+        """``readings``, whether a tier-2 one is flagged, and the pace readings: what
+        ``observe`` needs of them, found while they are made."""
+        out = []
+        tier1, rows = step.tier1, self._tier1_rows
+        for name in sensors.TIER1:
+            if name in tier1:
+                value = tier1[name]
+                if 0 <= value < _MADE_BELOW:
+                    row = rows[name]
+                    reading = row[value]
+                    if reading is None:
+                        reading = row[value] = _reading(name, 1, value, None)
+                else:
+                    reading = _reading(name, 1, value, None)
+                out.append(reading)
         measures = step.measures
         pace = measures.get("pace_ms", 0)
-        jumped = sensors.pace_jump(self._agent(step.agent).last_pace, pace)
+        agent = self.agents.get(step.agent)
+        jumped = sensors.pace_jump(None if agent is None else agent.last_pace, pace)
         active = sensors.activate(
-            self.profile.sensor_level,
+            self._profile.sensor_level,
             failed=step.cls is not None,
             jumped=jumped,
             modules=measures.get("modules", 0),
             shared=measures.get("contract", 0),
             tokens_known="pace_tokens" in measures,
         )
-        for name in sensors.TIER2:
-            if name in active:
-                value = measures.get(name, 0)
-                out.append(Reading(name, 2, value, sensors.anomalous(name, value), active[name]))
-        return tuple(out)
+        flagged = False
+        paced: list[Reading] = []
+        triggered = self._tier2_rows
+        for name, trigger in active.items():  # in TIER2 order
+            value = measures.get(name, 0)
+            if 0 <= value < _MADE_BELOW:
+                by_trigger = triggered[name]
+                line = by_trigger.get(trigger)
+                if line is None:
+                    line = by_trigger[trigger] = [None] * _MADE_BELOW
+                reading = line[value]
+                if reading is None:
+                    reading = line[value] = _reading(name, 2, value, trigger)
+            else:
+                reading = _reading(name, 2, value, trigger)
+            out.append(reading)
+            if reading.anomaly:
+                flagged = True
+            if name in sensors.PACE:
+                paced.append(reading)
+        return tuple(out), flagged, paced
 
     def observe(self, step: Step, readings: Sequence[Reading] | None = None) -> Observed:
         """Advance by one step; ``readings`` as recorded (the verifier) or None (computed)."""
-        taken = tuple(self.readings(step) if readings is None else readings)
+        if readings is None:
+            taken, flagged, paced = self._read(step)
+        else:
+            taken, flagged, paced = tuple(readings), False, []
+            for reading in taken:
+                if reading.anomaly and reading.tier == 2:
+                    flagged = True
+                if reading.sensor in sensors.PACE:
+                    paced.append(reading)
         self.steps += 1
         number = self.steps
-        anomalous = step.cls is not None or any(r.anomaly for r in taken if r.tier == 2)
+        anomalous = step.cls is not None or flagged
         decisions: list[Decision] = []
         versions: list[Version] = []
         if step.cls is not None:
             self.fires += 1
         self._buckets(step, number, anomalous, decisions, versions)
         self._aggregate(step, number, decisions, versions)
-        self._trends(step, number, taken, decisions, versions)
-        self._rate(number, decisions)
+        if paced:
+            self._trends(step, number, paced, decisions, versions)
+        if not number % self.params.rate_window:
+            self._rate(number, decisions)
         self._selftest(step, number, decisions)
-        self._alerts(number, decisions)
+        if decisions or self.pending or len(self.outcomes) > self.judged:
+            self._alerts(number, decisions)
         self.classes.append(step.cls)
         if step.cls is None:
             self.landed.append((number, step.agent))
         for decision in decisions:
             if meta.is_strategy_change(decision.layer, decision.action):
                 self.changes.append((number, step.agent))
-        for reading in taken:
+        for reading in paced:
             if reading.sensor == "pace_ms":
                 self._agent(step.agent).last_pace = reading.value
         return Observed(number, taken, tuple(decisions), tuple(versions))
@@ -265,20 +379,19 @@ class Controller:
         decisions: list[Decision],
         versions: list[Version],
     ) -> None:
-        threshold = self.params.threshold
-        for key in (f"agent:{step.agent}", f"subtree:{step.subtree}"):
-            before = self._level(key)
-            window = self.windows.setdefault(key, [])
-            window.append((anomalous, step.cls, step.agent))
-            del window[: -phases.MAX_WINDOW]
-            self._changed(key)
-            after = self._level(key)
+        threshold, k, levels = self.params.threshold, self.k, self.levels
+        for key, counted in ((_AGENT + step.agent, True), ("subtree:" + step.subtree, False)):
+            before = levels.get(key)
+            if before is None:
+                before = self.level(key)
+            self._push(key, anomalous, step.cls, step.agent, counted)
+            after = levels[key] = bucket.window_level(self.sums[key], k)
             if not bucket.crossed(before, after, threshold):
                 continue
-            if key.startswith("agent:"):
+            if counted:
                 action, version = self._switch(step, number, step.cls)
             else:
-                recent = window[-self.profile.window :]
+                recent = self.windows[key][-self.k :]
                 if len({agent for bad, _, agent in recent if bad}) < 2:
                     # One agent's trouble: its own bucket answers it.
                     self._reset(key)
@@ -297,11 +410,7 @@ class Controller:
     ) -> None:
         if step.cls is None and not self.aggregated:
             return  # nothing to decide and nothing to re-arm
-        showing: dict[str, list[str]] = {}
-        for key in self.windows:
-            if key.startswith("agent:"):
-                for seen in self._kinds(key):
-                    showing.setdefault(seen, []).append(key[len("agent:") :])
+        showing = self.showing
         need = self.params.aggregate_agents
         self.aggregated = {c for c in self.aggregated if len(showing.get(c, ())) >= need}
         cls = step.cls
@@ -348,23 +457,21 @@ class Controller:
         self,
         step: Step,
         number: int,
-        taken: Sequence[Reading],
+        paced: Sequence[Reading],
         decisions: list[Decision],
         versions: list[Version],
     ) -> None:
-        for reading in taken:
-            if reading.sensor not in sensors.PACE:
-                continue
+        """CUSUM on the step's pace readings (``paced``: those of ``sensors.PACE``)."""
+        trends = self.trends
+        for reading in paced:
             key = f"agent:{step.agent}:{reading.sensor}"
-            result = cusum.update(
-                self.params.cusum, self.trends.get(key, cusum.CusumState()), reading.value
-            )
-            self.trends[key] = result.state
+            result = cusum.update(self.params.cusum, trends.get(key, _FRESH), reading.value)
+            trends[key] = result.state
             if not result.alarm:
                 continue
             agent_key = f"agent:{step.agent}"
             version = None
-            if 2 * self._level(agent_key) >= self.params.threshold:
+            if 2 * self.level(agent_key) >= self.params.threshold:
                 latest = next(
                     (c for _, c, _ in reversed(self.windows.get(agent_key, [])) if c is not None),
                     None,
@@ -390,8 +497,7 @@ class Controller:
                 versions.append(self.made[-1])
 
     def _rate(self, number: int, decisions: list[Decision]) -> None:
-        if number % self.params.rate_window:
-            return
+        """At the end of each ``rate_window`` steps (``observe`` calls it then)."""
         current, previous = self.fires, self.previous_fires
         self.previous_fires, self.fires = current, 0
         needed = max(RATE_MINIMUM, 2 * previous + 1)
@@ -410,10 +516,7 @@ class Controller:
         sensor, value = meta.selftest_probe(number, every)
         flagged = sensors.anomalous(sensor, value)
         key = meta.shadow_key(step.agent)
-        window = self.windows.setdefault(key, [])
-        window.append((flagged, None, step.agent))
-        del window[: -phases.MAX_WINDOW]
-        self._changed(key)
+        self._push(key, flagged, None, step.agent, False)
         problem = meta.selftest_problem(
             sensor, value, flagged=flagged, keys=[key], agent=step.agent
         )
@@ -437,11 +540,12 @@ class Controller:
         window of steps counts as ignored; each new outcome re-weighs the last
         ``alert_window`` ones, and the moment they cross into crying wolf is a meta
         escalation (not itself an alert). Then this step's alerts start waiting."""
-        window = self.profile.window
-        for alert, at in list(self.pending.items()):  # all become "ignored": order is moot
-            if at + window <= number:
-                del self.pending[alert]
-                self.outcomes.append("ignored")
+        window = self.k
+        if self.pending:
+            for alert, at in list(self.pending.items()):  # all become "ignored": order is moot
+                if at + window <= number:
+                    del self.pending[alert]
+                    self.outcomes.append("ignored")
         params = self.params.meta
         if len(self.outcomes) > self.judged:
             self.judged = len(self.outcomes)

@@ -17,7 +17,7 @@ its early pace — one step at 3.5x, or three at 2.2x — and never on a flat se
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 DEFAULT_WARMUP: Final = 3
 DEFAULT_K_PM: Final = 500
@@ -33,8 +33,9 @@ class CusumParams:
     h_pm: int = DEFAULT_H_PM
 
 
-@dataclass(frozen=True)
-class CusumState:
+class CusumState(NamedTuple):
+    """One series' detector state (a tuple: made once per reading, so cheap to make)."""
+
     n: int = 0
     """Readings seen."""
     total: int = 0
@@ -43,8 +44,9 @@ class CusumState:
     """The cumulative sum."""
 
 
-@dataclass(frozen=True)
-class CusumStep:
+class CusumStep(NamedTuple):
+    """What one reading did (a tuple, like the state)."""
+
     state: CusumState
     alarm: bool
     statistic: int
