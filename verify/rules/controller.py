@@ -369,6 +369,8 @@ class Controller:
         for reading in paced:
             if reading.sensor == "pace_ms":
                 self._agent(step.agent).last_pace = reading.value
+        if not decisions:
+            return Observed(number, taken, (), ())
         return Observed(number, taken, tuple(decisions), tuple(versions))
 
     def _buckets(
