@@ -60,13 +60,20 @@ def chromium_path() -> str | None:
 class Browser:
     """One headless Chromium with one page, driven over CDP."""
 
-    def __init__(self, executable: str, profile: Path, *, timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        executable: str,
+        profile: Path,
+        *,
+        timeout: float = 20.0,
+        extra_flags: tuple[str, ...] = (),
+    ) -> None:
         profile.mkdir(parents=True, exist_ok=True)
         self.events: list[dict[str, Any]] = []
         self._next_id = 0
         self._stack = ExitStack()
         self.proc = subprocess.Popen(
-            [executable, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            [executable, *FLAGS, *extra_flags, f"--user-data-dir={profile}", "about:blank"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

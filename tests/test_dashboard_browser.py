@@ -12,6 +12,8 @@ protocol (``tests/cdp.py``). Checked, in one pass (a run can be stopped only onc
 * pressing ``button[data-command="stop"]`` (a real mouse click) ends the ``harness run``
   process; the audit store records ``run.status stopping`` naming the command; its receipt
   shows up in ``#receipts`` as ``applied``, still without a reload;
+* the same server reached under another name (a DNS-rebinding attacker's: the browser maps
+  ``rebind.test`` to 127.0.0.1) answers with a refusal and no run data;
 * a cross-site page's self-submitting form (text/plain ``{"kind": "stop"}``, the classic
   CSRF shape) reaches the server and is refused: no command on the bus, the run goes on;
 * no console error, uncaught exception or CSP violation in any dashboard page; the server
@@ -211,7 +213,10 @@ def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) 
     assert browser_path is not None
     server, url = _dashboard(live, "--allow-control")
     try:
-        with Browser(browser_path, tmp_path / "profile") as browser:
+        # rebind.test resolves to 127.0.0.1 in this browser only: a DNS-rebinding attacker's
+        # name, sent as the Host header of a request that really reaches the dashboard
+        rules = ("--host-resolver-rules=MAP rebind.test 127.0.0.1",)
+        with Browser(browser_path, tmp_path / "profile", extra_flags=rules) as browser:
             # -- the runs page ----------------------------------------------------------------
             browser.navigate(url)
             row = f"#runs tr[data-run={json.dumps(RUN)}]"
@@ -227,8 +232,16 @@ def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) 
             shot = tmp_path / "runs.png"
             _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
 
-            # -- a cross-site form (the classic CSRF shape) cannot stop the run --------------
+            # -- the same server under a rebound name: refused, no run data ------------------
             attack_from = len(browser.events)
+            browser.navigate(url.replace("127.0.0.1", "rebind.test"))
+            answered = browser.evaluate(
+                "performance.getEntriesByType('navigation')[0].responseStatus"
+            )
+            assert answered in (400, 403, 421), answered
+            assert browser.evaluate("document.body.innerText.includes('r1')") is False
+
+            # -- a cross-site form (the classic CSRF shape) cannot stop the run --------------
             with _attacker(f"{url}runs/{RUN}/commands") as attack_url:
                 browser.navigate(attack_url)  # it submits itself: a navigation to the answer
                 browser.wait_for("location.pathname.endsWith('/commands')")
