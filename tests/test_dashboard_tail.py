@@ -96,3 +96,17 @@ def test_links_and_fifos_are_refused(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(TailError):
         StoreTail(fifo).refresh()  # never blocks waiting for a writer
+
+
+def test_count_only_tail_detects_the_same_gaps(tmp_path: Path) -> None:
+    path = tmp_path / "lineage.jsonl"
+    path.write_bytes(b"aa\nbb\ncc-torn")
+    tail = StoreTail(path, keep=False)
+    chunk = tail.refresh()
+    assert chunk.lines == [] and tail.count == 2 and tail.offset == 6
+    with path.open("r+b") as out:  # the last counted line changed in place
+        out.seek(3)
+        out.write(b"XX")
+    assert tail.refresh().reset and tail.count == 2
+    path.write_bytes(b"aa\n")
+    assert tail.refresh().reset and tail.count == 1

@@ -62,13 +62,21 @@ def summary(index: RunIndex, evidence: Evidence) -> dict[str, Any]:
 
 
 def _control(index: RunIndex) -> tuple[dict[str, Any], str]:
+    """The control section and its trend (``receipts.euaiact_control``, the verifier's own
+    controller fold), cached until a control record is added."""
+    key = (index.generation, len(index.fold.control_records))
+    cached = index.control_cache
+    if cached is not None and cached[0] == key:
+        return cached[1], cached[2]
     plan = read_bounded(index.folder / "plan.json", MAX_PLAN)
     plans = {index.run_id: plan} if plan is not None else {}
     try:
         section = control_section({index.run_id: index.fold.control_records}, plans)
+        svg = trend_svg(section)
     except (KeyError, TypeError, ValueError) as exc:  # records a foreign harness wrote
-        return {"steps": 0, "decisions": [], "trends": [], "problem": str(exc)}, ""
-    return section, trend_svg(section)
+        section, svg = {"steps": 0, "decisions": [], "trends": [], "problem": str(exc)}, ""
+    index.control_cache = (key, section, svg)
+    return section, svg
 
 
 def detail(index: RunIndex, evidence: Evidence) -> tuple[dict[str, Any], str]:

@@ -10,16 +10,22 @@ with the operator's key, in the copy only), and the bundle is verified by
 ``harness.verify.bundle.verify_bundle`` pinned to that key with the HMAC master key, exactly
 as ``harness demo`` checks its own run. The copy is deleted afterwards.
 
-The check runs in one worker thread, never on the event loop, one run at a time; its result
-is cached by the sizes of the run's store files, so an idle run is checked once and a live
-run at most once per change, and never two checks of the same state at once.
+The check runs in a child process (``python -m harness.orchestrate.dashboard.evidence``,
+keys handed over on its stdin, never in its arguments or environment; niced), driven by one
+worker thread: the server's event loop, its GIL and its memory are not spent on exporting and
+verifying a run of 10^5 records, and a check is bounded by ``CHECK_TIMEOUT_S``. One run at a
+time; the result is cached by the sizes of the run's store files, so an idle run is checked
+once and a live run at most once per change, and never two checks of the same state at once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -39,6 +45,8 @@ from .tail import StoreTail, TailError
 MAX_COPY_BYTES: Final = 512 << 20
 """Runs larger than this are not copied for a check (reported as too large)."""
 MAX_FILES: Final = 100_000
+CHECK_TIMEOUT_S: Final = 600
+MAX_ANSWER: Final = 1 << 20
 
 
 def store_sizes(folder: Path) -> tuple[int, ...]:
@@ -64,7 +72,7 @@ class _Counter:
     """Line counts of the stores the fold does not tail (incremental, by ``StoreTail``)."""
 
     def __init__(self, folder: Path) -> None:
-        self.tails = {store: StoreTail(folder / f"{store}.jsonl") for store in STORES}
+        self.tails = {store: StoreTail(folder / f"{store}.jsonl", keep=False) for store in STORES}
         self.lock = threading.Lock()
 
     def counts(self) -> dict[str, int]:
@@ -73,8 +81,9 @@ class _Counter:
             for store, tail in self.tails.items():
                 try:
                     for _ in range(64):  # bounded: 64 budgets at most per call
-                        chunk = tail.refresh()
-                        if tail.offset >= tail.size or not chunk.lines:
+                        before = tail.offset
+                        tail.refresh()
+                        if tail.offset >= tail.size or tail.offset == before:
                             break
                 except TailError:
                     pass
@@ -157,6 +166,52 @@ def check_run(state: Path, run_id: str, keys: OperatorKeys) -> dict[str, Any]:
     }
 
 
+def check_in_child(state: Path, run_id: str, keys: OperatorKeys) -> dict[str, Any]:
+    """``check_run`` in a child process (see the module docstring); its answer, or an
+    ``error`` saying why there is none."""
+    from cryptography.hazmat.primitives import serialization
+
+    secret = keys.signing_key.private_bytes(
+        serialization.Encoding.Raw,
+        serialization.PrivateFormat.Raw,
+        serialization.NoEncryption(),
+    )
+    request = json.dumps(
+        {"state": str(state), "run": run_id, "key": secret.hex(), "hmac": keys.hmac_master.hex()}
+    )
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", __name__],
+            input=request.encode(),
+            capture_output=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "detail": f"the check took over {CHECK_TIMEOUT_S} s"}
+    try:
+        answer = json.loads(child.stdout[:MAX_ANSWER])
+    except ValueError:
+        answer = None
+    if child.returncode != 0 or not isinstance(answer, dict):
+        tail = child.stderr[-500:].decode("utf-8", "replace").strip()
+        return {"status": "error", "detail": f"the check failed (exit {child.returncode}): {tail}"}
+    return answer
+
+
+def main() -> None:
+    """The child's side: the request on stdin, the answer as one JSON line on stdout."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    os.nice(10)
+    request = json.loads(sys.stdin.buffer.read(1 << 16))
+    keys = OperatorKeys(
+        Ed25519PrivateKey.from_private_bytes(bytes.fromhex(request["key"])),
+        bytes.fromhex(request["hmac"]),
+    )
+    print(json.dumps(check_run(Path(request["state"]), str(request["run"]), keys)), flush=True)
+
+
 @dataclass
 class _Entry:
     sizes: tuple[int, ...]
@@ -223,7 +278,7 @@ class Evidence:
             run_id, _ = self._queue.get()
             sizes = store_sizes(run_dir(self.state, run_id))  # the state actually copied
             try:
-                result = check_run(self.state, run_id, self.keys)
+                result = check_in_child(self.state, run_id, self.keys)
             except Exception as exc:  # a bug must not kill the worker: show it
                 result = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
             with self._lock:
@@ -247,3 +302,7 @@ class Evidence:
                 "unsealed": max(0, counts[store] - sealed),
             }
         return {"stores": stores, "verification": self.verification(run_id)}
+
+
+if __name__ == "__main__":
+    main()

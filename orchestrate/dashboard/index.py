@@ -59,6 +59,8 @@ class RunIndex:
         self.commands: dict[str, CommandView] = {}
         self.error: str | None = None
         self.bus_error: str | None = None
+        self.control_cache: tuple[tuple[int, int], dict[str, Any], str] | None = None
+        """(generation, control records) -> the control section and its SVG (data.py)."""
 
     @property
     def behind(self) -> int:

@@ -44,9 +44,11 @@ class Chunk:
 class StoreTail:
     """Remembers how far one store file was read (byte offset, line count, identity)."""
 
-    def __init__(self, path: Path, budget: int = BUDGET) -> None:
+    def __init__(self, path: Path, budget: int = BUDGET, *, keep: bool = True) -> None:
+        """``keep=False``: count lines only (``Chunk.lines`` stays empty)."""
         self.path = path.absolute()
         self.budget = budget
+        self.keep = keep
         self.offset = 0
         self.count = 0
         self.size = 0
@@ -105,12 +107,16 @@ class StoreTail:
             position += len(chunk)
             data = pending + chunk
             cut = data.rfind(b"\n") + 1
-            if cut:
+            if cut and self.keep:
                 for line in data[:cut].split(b"\n")[:-1]:
                     lines.append(line)
                     self.offset += len(line) + 1
                     self._last = line + b"\n"
                 self.count += data[:cut].count(b"\n")
+            elif cut:
+                self.offset += cut
+                self.count += data.count(b"\n", 0, cut)
+                self._last = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
             pending = data[cut:]
             if len(pending) > MAX_LINE_BYTES:
                 raise TailError(f"{self.path}: a line over {MAX_LINE_BYTES} bytes")
