@@ -16,6 +16,8 @@ protocol (``tests/cdp.py``). Checked, in one pass (a run can be stopped only onc
   ``rebind.test`` to 127.0.0.1) answers with a refusal and no run data;
 * a cross-site page's self-submitting form (text/plain ``{"kind": "stop"}``, the classic
   CSRF shape) reaches the server and is refused: no command on the bus, the run goes on;
+* agent output holding markup (an ``<img onerror>``) shows on the task page as text: no
+  element made of it, no handler run;
 * no console error, uncaught exception or CSP violation in any dashboard page; the server
   exits 0 on SIGTERM with a live page connected to its event stream;
 * a dashboard started without ``--allow-control`` shows no control and refuses a POST (403).
@@ -57,6 +59,14 @@ WIDTH, HEIGHT = 1280, 800
 TERMINAL = {"done", "failed", "cancelled", "denied"}
 
 
+HOSTILE = '<img id="pwned" src="x" onerror="window.__pwned = 1"><marquee id="pwned2">hi</marquee>'
+"""Agent output (t0's file): shown as text on the task page, never as markup."""
+
+
+def _content(i: int) -> str:
+    return f"file {i}\n" + (HOSTILE + "\n" if i == 0 else "")
+
+
 def _plan() -> str:
     """Chained tasks (each depends on the previous), every gate sleeping ``GATE_S``."""
     python = json.dumps(sys.executable)
@@ -67,7 +77,7 @@ def _plan() -> str:
             f'depends = ["t{i - 1}"]\n' if i else "",
             f'gates = [{{ name = "slow", command = [{python}, "-c", '
             f'"import time; time.sleep({GATE_S})"] }}]\n',
-            f'[[task.edits]]\npath = "f{i}.txt"\ncontent = "file {i}\\n"\n',
+            f'[[task.edits]]\npath = "f{i}.txt"\ncontent = {json.dumps(_content(i))}\n',
         ]
     return "".join(parts)
 
@@ -322,6 +332,11 @@ def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) 
             browser.navigate(f"{url}runs/{RUN}/tasks/t0")
             text = browser.evaluate("document.body.innerText")
             assert "t0" in text and "f0.txt" in text and "file 0" in text, text[:2000]
+            assert HOSTILE in text  # the agent's bytes, as text
+            assert browser.evaluate(
+                "!document.getElementById('pwned') && !document.getElementById('pwned2')"
+                " && window.__pwned === undefined"
+            )
             shot = tmp_path / "task.png"
             _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
 
