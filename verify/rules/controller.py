@@ -221,9 +221,9 @@ class Controller:
         """The anomaly classes in agent key ``key``'s last K steps."""
         return frozenset(self.seen.get(key, ()))
 
-    def _push(self, key: str, bad: bool, cls: str | None, agent: str, counted: bool) -> None:
+    def _push(self, key: str, bad: bool, cls: str | None, agent: str, counted: bool) -> list[int]:
         """Append one step to ``key``'s window (its sums, and for an agent key, ``counted``,
-        the classes of its last K steps)."""
+        the classes of its last K steps); its sums."""
         window = self.windows.get(key)
         if window is None:
             window = self.windows[key] = []
@@ -231,21 +231,22 @@ class Controller:
         else:
             sums = self.sums[key]
         if counted:
-            seen = self.seen.get(key)
-            if seen is None:
-                seen = self.seen[key] = {}
             k = self.k
-            if len(window) >= k:  # the step that leaves the last K
-                gone = window[-k][1]
+            gone = window[-k][1] if len(window) >= k else None  # leaves the last K
+            if gone is not None or cls is not None:
+                seen = self.seen.get(key)
+                if seen is None:
+                    seen = self.seen[key] = {}
                 if gone is not None:
                     self._count(seen, gone, agent, -1)
-            if cls is not None:
-                self._count(seen, cls, agent, 1)
+                if cls is not None:
+                    self._count(seen, cls, agent, 1)
         window.append((bad, cls, agent))
         sums.append(sums[-1] + (bucket.ANOMALY if bad else -bucket.NORMAL))
         if len(window) > phases.MAX_WINDOW:
             del window[0]
             del sums[0]
+        return sums
 
     def _count(self, seen: dict[str, int], cls: str, agent: str, change: int) -> None:
         left = seen.get(cls, 0) + change
@@ -386,8 +387,8 @@ class Controller:
             before = levels.get(key)
             if before is None:
                 before = self.level(key)
-            self._push(key, anomalous, step.cls, step.agent, counted)
-            after = levels[key] = bucket.window_level(self.sums[key], k)
+            sums = self._push(key, anomalous, step.cls, step.agent, counted)
+            after = levels[key] = bucket.window_level(sums, k)
             if not bucket.crossed(before, after, threshold):
                 continue
             if counted:
