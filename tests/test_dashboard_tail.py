@@ -110,3 +110,30 @@ def test_count_only_tail_detects_the_same_gaps(tmp_path: Path) -> None:
     assert tail.refresh().reset and tail.count == 2
     path.write_bytes(b"aa\n")
     assert tail.refresh().reset and tail.count == 1
+
+
+def test_a_cursor_older_than_the_kept_events_is_lost() -> None:
+    """The event ring is bounded; a cursor from before what it still holds gets a resync
+    (``app._lost``), one within it does not."""
+    from harness.orchestrate.dashboard import fold as fold_module
+    from harness.orchestrate.dashboard.app import _lost
+    from harness.verify.canonical import canonical_bytes
+
+    run = fold_module.RunFold("r1")
+    total = fold_module.RING + 5
+    for seq in range(total):
+        body = {"task": f"t{seq}", "role": "coder", "priority": 1, "depends": [],
+                "adapter": "scripted", "tools": []}  # fmt: skip
+        record = {"body": body, "kind": "task.planned", "mac": "0" * 64, "run": "r1",
+                  "seq": seq, "store": "audit", "time": "2026-01-01T00:00:00.000000Z",
+                  "v": 2}  # fmt: skip
+        run.audit_line(canonical_bytes(record))
+    assert run.problem_count == 0 and len(run.events) == fold_module.RING
+    assert run.dropped_upto == 5
+
+    class Index:
+        fold = run
+
+    assert _lost(Index(), 4)  # type: ignore[arg-type]
+    assert not _lost(Index(), 5)  # type: ignore[arg-type]
+    assert run.events[0][0] == 6

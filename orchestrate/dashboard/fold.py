@@ -154,12 +154,19 @@ class RunFold:
         body = record.body
         self.status, self.epoch = str(body["status"]), int(body["epoch"])
         self.ended = False  # a resumed run writes run.status again after its run.end
-        self._event("run", {"status": self.status, "epoch": self.epoch, "ended": self.ended})
+        self._run_event()
 
     def _end(self, record: Record) -> None:
         self.ended = True
         self.outcome = str(record.body.get("outcome"))
-        self._event("run", {"status": self.status, "epoch": self.epoch, "ended": True})
+        self._run_event()
+
+    def _run_event(self) -> None:
+        self._event(
+            "run",
+            {"status": self.status, "epoch": self.epoch, "ended": self.ended,
+             "state": self.state_label()},
+        )  # fmt: skip
 
     def _spawn(self, record: Record) -> None:
         body = record.body

@@ -63,7 +63,7 @@ SCRIPT: Final = r"""
     source.addEventListener("run", function (event) {
       const data = JSON.parse(event.data);
       const state = document.getElementById("run-state");
-      if (state) state.textContent = data.ended ? "ended" : data.status;
+      if (state) state.textContent = data.state;
       const epoch = document.getElementById("run-epoch");
       if (epoch) epoch.textContent = String(data.epoch);
     });
