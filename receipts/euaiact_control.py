@@ -75,12 +75,7 @@ def _controller(records: list[Record], plan: Any) -> Controller | None:
         tasks.setdefault(str(task["role"]), []).append(
             (str(task["adapter"]), [str(t) for t in task["tools"]])
         )
-    return Controller(
-        params,
-        tasks,
-        risky=lambda tool: bool(trifecta.tool_tags(matrix, tool)),
-        denied=lambda adapter, tools: trifecta.decide(matrix, adapter, tools, sandbox).denied,
-    )
+    return Controller.under(params, tasks, matrix, sandbox)
 
 
 def _point(machine: Controller, agent: str, body: Mapping[str, Any]) -> dict[str, Any]:

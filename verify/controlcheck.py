@@ -140,13 +140,7 @@ class ControlCheck:
         for spec in cplan.tasks.values():
             tasks.setdefault(spec.role, []).append((spec.adapter, list(spec.tools)))
 
-        def risky(tool: str) -> bool:
-            return bool(trifecta.tool_tags(matrix, tool))
-
-        def denied(adapter: str, tools: Sequence[str]) -> bool:
-            return trifecta.decide(matrix, adapter, tools, profile).denied
-
-        self.machine = Controller(cplan.params, tasks, risky=risky, denied=denied)
+        self.machine = Controller.under(cplan.params, tasks, matrix, profile)
         self.base = str(body["base_commit"])
         self.started_us = time_us(self.time)
         self.stage = "planning"

@@ -71,6 +71,8 @@ class RunControl:
         """The run's start (its clock, µs): hours 4 to 6 heighten the meta layer's reviews."""
 
     # -- rule inputs ---------------------------------------------------------------------
+    # ``Controller.under`` for a run being made: read at each call, because the run's
+    # sandbox profile is settled after its controller is built.
 
     def _risky(self, tool: str) -> bool:
         return bool(trifecta.tool_tags(self.run.capabilities, tool))

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from . import bucket, configchain, cusum, meta, phases, sensors, strategy
+from . import bucket, configchain, cusum, meta, phases, sensors, strategy, trifecta
 from .controlmodel import (
     MAX_AGGREGATE,
     MAX_RATE_WINDOW,
@@ -170,6 +170,26 @@ class Controller:
         """Outcomes already weighed by the false-alarm rate."""
         self.crying = False
         """Whether the last false-alarm evaluation found the sensors crying wolf."""
+
+    @classmethod
+    def under(
+        cls,
+        params: Params,
+        tasks: Tasks,
+        matrix: trifecta.MatrixLike,
+        sandbox: Mapping[str, Any] | None,
+    ) -> Controller:
+        """The controller of a run under capability ``matrix`` and ``sandbox`` profile: a
+        tool is risky when it carries a risk tag, a tool set denied when the trifecta rule
+        denies it. The one place the runtime, the verifier and the report get these from."""
+
+        def risky(tool: str) -> bool:
+            return bool(trifecta.tool_tags(matrix, tool))
+
+        def denied(adapter: str, tools: Sequence[str]) -> bool:
+            return trifecta.decide(matrix, adapter, tools, sandbox).denied
+
+        return cls(params, tasks, risky=risky, denied=denied)
 
     @property
     def phase(self) -> str:
