@@ -235,3 +235,30 @@ def test_without_keys_the_check_is_unavailable(demo: Any, tmp_path: Path, monkey
     with TestClient(app, base_url=BASE) as test_client:
         (run,) = test_client.get("/api/runs").json()["runs"]
         assert run["verification"]["status"] == "unavailable"
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    out = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        data = path.read_bytes() if path.is_file() else b""
+        out[str(path.relative_to(root))] = (info.st_mode, info.st_mtime_ns, data)
+    return out
+
+
+def test_reading_never_writes_to_the_state_or_the_repository(demo: Any) -> None:
+    """Every read route and the evidence check (a copy is exported, not the run) leave the
+    state folder and git's refs and objects byte-identical, mtimes included."""
+    state = demo.repo / ".harness"
+    git_dir = demo.repo / ".git"
+    before = (_snapshot(state), _snapshot(git_dir / "refs"), sorted(git_dir.iterdir()))
+    app = create_app(demo.repo, allow_control=True, token=None, host="127.0.0.1", port=8799,
+                     keys_dir=demo.keys_dir)  # fmt: skip
+    with TestClient(app, base_url=BASE) as test_client:
+        for path in ("/", "/api/runs", f"/runs/{RUN}", f"/api/runs/{RUN}"):
+            assert test_client.get(path).status_code == 200
+        for task in task_states(state, RUN):
+            assert test_client.get(f"/runs/{RUN}/tasks/{task}").status_code == 200
+        assert app.state.dashboard.evidence.wait(RUN, 60)["status"] == "verified"
+    after = (_snapshot(state), _snapshot(git_dir / "refs"), sorted(git_dir.iterdir()))
+    assert after == before

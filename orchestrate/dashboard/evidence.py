@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -166,9 +168,14 @@ def check_run(state: Path, run_id: str, keys: OperatorKeys) -> dict[str, Any]:
     }
 
 
-def check_in_child(state: Path, run_id: str, keys: OperatorKeys) -> dict[str, Any]:
+def check_in_child(
+    state: Path,
+    run_id: str,
+    keys: OperatorKeys,
+    started: Callable[[subprocess.Popen[bytes]], None] = lambda child: None,
+) -> dict[str, Any]:
     """``check_run`` in a child process (see the module docstring); its answer, or an
-    ``error`` saying why there is none."""
+    ``error`` saying why there is none. ``started`` is given the child (to stop it)."""
     from cryptography.hazmat.primitives import serialization
 
     secret = keys.signing_key.private_bytes(
@@ -179,22 +186,25 @@ def check_in_child(state: Path, run_id: str, keys: OperatorKeys) -> dict[str, An
     request = json.dumps(
         {"state": str(state), "run": run_id, "key": secret.hex(), "hmac": keys.hmac_master.hex()}
     )
+    child = subprocess.Popen(
+        [sys.executable, "-m", __name__],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    started(child)
     try:
-        child = subprocess.run(
-            [sys.executable, "-m", __name__],
-            input=request.encode(),
-            capture_output=True,
-            timeout=CHECK_TIMEOUT_S,
-            check=False,
-        )
+        out, err = child.communicate(request.encode(), timeout=CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
         return {"status": "error", "detail": f"the check took over {CHECK_TIMEOUT_S} s"}
     try:
-        answer = json.loads(child.stdout[:MAX_ANSWER])
+        answer = json.loads(out[:MAX_ANSWER])
     except ValueError:
         answer = None
     if child.returncode != 0 or not isinstance(answer, dict):
-        tail = child.stderr[-500:].decode("utf-8", "replace").strip()
+        tail = err[-500:].decode("utf-8", "replace").strip()
         return {"status": "error", "detail": f"the check failed (exit {child.returncode}): {tail}"}
     return answer
 
@@ -204,6 +214,8 @@ def main() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     os.nice(10)
+    # SIGTERM (the server stopping) unwinds, so the temporary copy is removed
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     request = json.loads(sys.stdin.buffer.read(1 << 16))
     keys = OperatorKeys(
         Ed25519PrivateKey.from_private_bytes(bytes.fromhex(request["key"])),
@@ -230,6 +242,8 @@ class Evidence:
         self._queue: queue.Queue[tuple[str, tuple[int, ...]]] = queue.Queue()
         self._queued: set[str] = set()
         self._worker: threading.Thread | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._closed = False
         self.done = threading.Condition(self._lock)
         """Notified after each check (tests and the bench wait on it, bounded)."""
 
@@ -243,7 +257,7 @@ class Evidence:
             entry = self._cache.get(run_id)
             if entry is not None and entry.sizes == sizes and entry.result is not None:
                 return entry.result
-            if run_id not in self._queued:
+            if run_id not in self._queued and not self._closed:
                 self._queued.add(run_id)
                 self._queue.put((run_id, sizes))
                 if self._worker is None:
@@ -278,13 +292,30 @@ class Evidence:
             run_id, _ = self._queue.get()
             sizes = store_sizes(run_dir(self.state, run_id))  # the state actually copied
             try:
-                result = check_in_child(self.state, run_id, self.keys)
+                result = check_in_child(self.state, run_id, self.keys, self._started)
             except Exception as exc:  # a bug must not kill the worker: show it
                 result = {"status": "error", "detail": f"{type(exc).__name__}: {exc}"}
             with self._lock:
+                self._child = None
                 self._cache[run_id] = _Entry(sizes, result)
                 self._queued.discard(run_id)
                 self.done.notify_all()
+
+    def _started(self, child: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._child = child
+            closed = self._closed
+        if closed:
+            child.terminate()
+
+    def close(self) -> None:
+        """Stop a running check (the server is shutting down): its child is terminated and
+        no further check starts."""
+        with self._lock:
+            self._closed = True
+            child = self._child
+        if child is not None and child.poll() is None:
+            child.terminate()
 
     def health(self, run_id: str) -> dict[str, Any]:
         folder = run_dir(self.state, run_id)

@@ -93,5 +93,6 @@ def serve(
     try:
         server.run(sockets=[sock])
     finally:
+        app.state.dashboard.evidence.close()
         sock.close()
     return 0
