@@ -218,163 +218,178 @@ def _state_of(browser: Browser, task: str) -> str:
     return str(value or "").strip()
 
 
+def _js(value: object) -> str:
+    return json.dumps(value)
+
+
+def _status_of_navigation(browser: Browser) -> Any:
+    return browser.evaluate("performance.getEntriesByType('navigation')[0].responseStatus")
+
+
+def _runs_page(browser: Browser, url: str, shots: Path) -> None:
+    browser.navigate(url)
+    row = f"#runs tr[data-run={_js(RUN)}]"
+    browser.wait_for(f"!!document.querySelector({_js(row)})")
+    cells = browser.evaluate(
+        "['state','epoch','outcomes','seal','verification'].map(c => "
+        f"!!document.querySelector({_js(row)} + ' td.' + c))"
+    )
+    assert cells == [True] * 5
+    link = f'{row} a[href*="/runs/{RUN}"]'
+    assert browser.evaluate(f"!!document.querySelector({_js(link)})")
+    shot = shots / "runs.png"
+    _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+
+
+def _attacks(browser: Browser, url: str, live: Live) -> range:
+    """A rebound name and a cross-site form; returns the events they caused (their refusals
+    are logged by the browser as failed loads: expected there, nowhere else)."""
+    first = len(browser.events)
+    browser.navigate(url.replace("127.0.0.1", "rebind.test"))
+    assert _status_of_navigation(browser) in (400, 403, 421)
+    assert browser.evaluate("document.body.innerText.includes('r1')") is False
+    with _attacker(f"{url}runs/{RUN}/commands") as attack_url:
+        browser.navigate(attack_url)  # it submits itself: a navigation to the answer
+        browser.wait_for("location.pathname.endsWith('/commands')")
+        answered = _status_of_navigation(browser)
+    assert answered in (403, 415), answered  # the post arrived, and was refused
+    bus = live.repo / ".harness" / "runs" / RUN / "control.jsonl"
+    assert not bus.exists() or bus.read_bytes() == b""
+    assert live.run.poll() is None
+    return range(first, len(browser.events))
+
+
+def _no_reload(browser: Browser, since: int) -> None:
+    assert browser.evaluate("window.__d2_marker") == "no reload"
+    assert _main_frame_navigations(browser, since) == 0
+
+
+def _live_update(browser: Browser, url: str, live: Live, shots: Path) -> int:
+    """The run page: a task's state cell changes in place. Returns the event index from
+    which no main-frame navigation may happen."""
+    browser.navigate(f"{url}runs/{RUN}")
+    for section in ("#timeline", "#tasks", "#control", "#evidence", "#receipts"):
+        assert browser.evaluate(f"!!document.querySelector('{section}')"), section
+    assert browser.evaluate("!!document.querySelector('#timeline svg')")
+    browser.evaluate("window.__d2_marker = 'no reload'")
+    since = len(browser.events)
+    states = {f"t{i}": _state_of(browser, f"t{i}") for i in range(TASKS)}
+    assert all(states.values()), states  # every task has its row and state cell
+    watched = next(t for t, s in states.items() if s not in TERMINAL)
+    before = states[watched]
+    after = browser.wait_for(
+        f"(() => {{ const c = document.querySelector("
+        f"'#tasks tr[data-task={_js(watched)}] td.state');"
+        f" const s = c && c.textContent.trim();"
+        f" return s && s !== {_js(before)} ? s : null; }})()",
+        timeout=20,
+    )
+    _no_reload(browser, since)
+    recorded = {
+        r["body"]["to"]
+        for r in live.records()
+        if r["kind"] == "task.transition" and r["body"]["task"] == watched
+    }
+    assert after in recorded, (watched, before, after, recorded)
+    shot = shots / "run.png"
+    _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+    return since
+
+
+def _stop_in_page(browser: Browser, live: Live, since: int) -> None:
+    assert live.run.poll() is None, "the run ended before the stop was pressed"
+    assert browser.evaluate(
+        "!!document.querySelector('#control-form button[data-command=\"stop\"]')"
+    )
+    browser.click('button[data-command="stop"]')
+    receipt = '#receipts li[data-kind="stop"]'
+    browser.wait_for(f"!!document.querySelector({_js(receipt)})", timeout=10)
+    status = browser.wait_for(
+        f"(() => {{ const s = document.querySelector({_js(receipt + ' span.status')});"
+        " const t = s && s.textContent.trim(); return t && t !== 'pending' ? t : null; })()",
+        timeout=30,
+    )
+    assert status == "applied"
+    command = browser.evaluate(f"document.querySelector({_js(receipt)}).dataset.command")
+    assert live.run.wait(timeout=30) == 1  # stopped: the run did not complete
+    records = live.records()
+    assert any(
+        r["kind"] == "run.status"
+        and r["body"]["status"] == "stopping"
+        and r["body"]["command"] == command
+        for r in records
+    ), command
+    assert any(
+        r["kind"] == "command.receipt"
+        and r["body"]["id"] == command
+        and r["body"]["outcome"] == "applied"
+        for r in records
+    )
+    _no_reload(browser, since)
+
+
+def _task_page(browser: Browser, url: str, shots: Path) -> None:
+    browser.navigate(f"{url}runs/{RUN}/tasks/t0")
+    text = browser.evaluate("document.body.innerText")
+    assert "t0" in text and "f0.txt" in text and "file 0" in text, text[:2000]
+    assert HOSTILE in text  # the agent's bytes, as text
+    assert browser.evaluate(
+        "!document.getElementById('pwned') && !document.getElementById('pwned2')"
+        " && window.__pwned === undefined"
+    )
+    shot = shots / "task.png"
+    _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
+
+
+def _detectors_detect(browser: Browser, url: str) -> None:
+    browser.evaluate("window.__d2_marker = 'set'")
+    browser.navigate(f"{url}runs/{RUN}/tasks/t0")  # a reload of the page
+    assert browser.evaluate("window.__d2_marker") is None
+    browser.evaluate("console.error('probe')")
+    browser.pump(0.3)
+    assert any("probe" in p for p in browser.problems())
+
+
+def _read_only(browser: Browser, live: Live) -> None:
+    """Without --allow-control: no control in the page, a command POST is refused."""
+    server, url = _dashboard(live)
+    try:
+        browser.navigate(f"{url}runs/{RUN}")
+        assert browser.evaluate("!!document.querySelector('#tasks')")
+        controls = "document.querySelectorAll('#control-form, button[data-command]').length"
+        assert browser.evaluate(controls) == 0
+        refused = browser.evaluate(
+            f"fetch('/runs/{RUN}/commands', {{method: 'POST', headers: "
+            "{'Content-Type': 'application/json'}, body: JSON.stringify({kind: 'stop'})})"
+            ".then(r => r.status)"
+        )
+        assert refused == 403
+    finally:
+        _stop(server)
+
+
 def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) -> None:
     browser_path = chromium_path()
     assert browser_path is not None
     server, url = _dashboard(live, "--allow-control")
+    # rebind.test resolves to 127.0.0.1 in this browser only: a DNS-rebinding attacker's
+    # name, sent as the Host header of a request that really reaches the dashboard
+    rules = ("--host-resolver-rules=MAP rebind.test 127.0.0.1",)
     try:
-        # rebind.test resolves to 127.0.0.1 in this browser only: a DNS-rebinding attacker's
-        # name, sent as the Host header of a request that really reaches the dashboard
-        rules = ("--host-resolver-rules=MAP rebind.test 127.0.0.1",)
         with Browser(browser_path, tmp_path / "profile", extra_flags=rules) as browser:
-            # -- the runs page ----------------------------------------------------------------
-            browser.navigate(url)
-            row = f"#runs tr[data-run={json.dumps(RUN)}]"
-            browser.wait_for(f"!!document.querySelector({json.dumps(row)})")
-            cells = browser.evaluate(
-                f"['state','epoch','outcomes','seal','verification'].map(c => "
-                f"!!document.querySelector({json.dumps(row)} + ' td.' + c))"
-            )
-            assert cells == [True] * 5
-            assert browser.evaluate(
-                f"!!document.querySelector({json.dumps(row)} + ' a[href*=\"/runs/{RUN}\"]')"
-            )
-            shot = tmp_path / "runs.png"
-            _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
-
-            # -- the same server under a rebound name: refused, no run data ------------------
-            attack_from = len(browser.events)
-            browser.navigate(url.replace("127.0.0.1", "rebind.test"))
-            answered = browser.evaluate(
-                "performance.getEntriesByType('navigation')[0].responseStatus"
-            )
-            assert answered in (400, 403, 421), answered
-            assert browser.evaluate("document.body.innerText.includes('r1')") is False
-
-            # -- a cross-site form (the classic CSRF shape) cannot stop the run --------------
-            with _attacker(f"{url}runs/{RUN}/commands") as attack_url:
-                browser.navigate(attack_url)  # it submits itself: a navigation to the answer
-                browser.wait_for("location.pathname.endsWith('/commands')")
-                answered = browser.evaluate(
-                    "performance.getEntriesByType('navigation')[0].responseStatus"
-                )
-            assert answered in (403, 415), answered  # the post arrived, and was refused
-            attack = range(attack_from, len(browser.events))  # its 403 is logged: expected
-            bus = live.repo / ".harness" / "runs" / RUN / "control.jsonl"
-            assert not bus.exists() or bus.read_bytes() == b""
-            assert live.run.poll() is None
-
-            # -- the run page: a task's state changes in place ------------------------------
-            browser.navigate(f"{url}runs/{RUN}")
-            for section in ("#timeline", "#tasks", "#control", "#evidence", "#receipts"):
-                assert browser.evaluate(f"!!document.querySelector('{section}')"), section
-            assert browser.evaluate("!!document.querySelector('#timeline svg')")
-            browser.evaluate("window.__d2_marker = 'no reload'")
-            since = len(browser.events)
-            states = {f"t{i}": _state_of(browser, f"t{i}") for i in range(TASKS)}
-            assert all(states.values()), states  # every task has its row and state cell
-            watched = next(t for t, s in states.items() if s not in TERMINAL)
-            before = states[watched]
-            after = browser.wait_for(
-                f"(() => {{ const c = document.querySelector("
-                f"'#tasks tr[data-task={json.dumps(watched)}] td.state');"
-                f" const s = c && c.textContent.trim();"
-                f" return s && s !== {json.dumps(before)} ? s : null; }})()",
-                timeout=20,
-            )
-            assert browser.evaluate("window.__d2_marker") == "no reload"
-            assert _main_frame_navigations(browser, since) == 0
-            recorded = {
-                r["body"]["to"]
-                for r in live.records()
-                if r["kind"] == "task.transition" and r["body"]["task"] == watched
-            }
-            assert after in recorded, (watched, before, after, recorded)
-            shot = tmp_path / "run.png"
-            _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
-
-            # -- stop pressed in the page ends the run; its receipt appears -----------------
-            assert live.run.poll() is None, "the run ended before the stop was pressed"
-            assert browser.evaluate(
-                "!!document.querySelector('#control-form button[data-command=\"stop\"]')"
-            )
-            browser.click('button[data-command="stop"]')
-            receipt = '#receipts li[data-kind="stop"]'
-            browser.wait_for(f"!!document.querySelector({json.dumps(receipt)})", timeout=10)
-            status = browser.wait_for(
-                f"(() => {{ const s = document.querySelector({json.dumps(receipt)}"
-                f" + ' span.status'); const t = s && s.textContent.trim();"
-                f" return t && t !== 'pending' ? t : null; }})()",
-                timeout=30,
-            )
-            assert status == "applied"
-            command = browser.evaluate(
-                f"document.querySelector({json.dumps(receipt)}).dataset.command"
-            )
-            assert live.run.wait(timeout=30) == 1  # stopped: the run did not complete
-            records = live.records()
-            assert any(
-                r["kind"] == "run.status"
-                and r["body"]["status"] == "stopping"
-                and r["body"]["command"] == command
-                for r in records
-            ), command
-            assert any(
-                r["kind"] == "command.receipt"
-                and r["body"]["id"] == command
-                and r["body"]["outcome"] == "applied"
-                for r in records
-            )
-            assert browser.evaluate("window.__d2_marker") == "no reload"
-            assert _main_frame_navigations(browser, since) == 0
-
-            # -- a task page ----------------------------------------------------------------
-            browser.navigate(f"{url}runs/{RUN}/tasks/t0")
-            text = browser.evaluate("document.body.innerText")
-            assert "t0" in text and "f0.txt" in text and "file 0" in text, text[:2000]
-            assert HOSTILE in text  # the agent's bytes, as text
-            assert browser.evaluate(
-                "!document.getElementById('pwned') && !document.getElementById('pwned2')"
-                " && window.__pwned === undefined"
-            )
-            shot = tmp_path / "task.png"
-            _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
-
+            _runs_page(browser, url, tmp_path)
+            attacks = _attacks(browser, url, live)
+            since = _live_update(browser, url, live, tmp_path)
+            _stop_in_page(browser, live, since)
+            _task_page(browser, url, tmp_path)
             browser.pump(0.3)
-            assert browser.problems(skip=attack) == []
-
-            # -- the detectors detect ---------------------------------------------------------
-            browser.evaluate("window.__d2_marker = 'set'")
-            browser.navigate(f"{url}runs/{RUN}/tasks/t0")  # a reload of the page
-            assert browser.evaluate("window.__d2_marker") is None
-            browser.evaluate("console.error('probe')")
-            browser.pump(0.3)
-            assert any("probe" in p for p in browser.problems())
-
-            # -- SIGTERM with a live page open (its event stream connected): exit 0 ------------
+            assert browser.problems(skip=attacks) == []
+            _detectors_detect(browser, url)
+            # SIGTERM with a live page open (its event stream connected): exit 0
             browser.navigate(f"{url}runs/{RUN}")
             browser.pump(0.5)
             server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=15) == 0
-
-            # -- read-only by default: no control in the page, a command POST is refused ------
-            readonly, url = _dashboard(live)
-            try:
-                browser.navigate(f"{url}runs/{RUN}")
-                assert browser.evaluate("!!document.querySelector('#tasks')")
-                assert (
-                    browser.evaluate(
-                        "document.querySelectorAll('#control-form, button[data-command]').length"
-                    )
-                    == 0
-                )
-                refused = browser.evaluate(
-                    f"fetch('/runs/{RUN}/commands', {{method: 'POST', headers: "
-                    "{'Content-Type': 'application/json'}, body: JSON.stringify({kind: 'stop'})})"
-                    ".then(r => r.status)"
-                )
-                assert refused == 403
-            finally:
-                _stop(readonly)
+            _read_only(browser, live)
     finally:
         _stop(server)
