@@ -137,3 +137,14 @@ def test_a_cursor_older_than_the_kept_events_is_lost() -> None:
     assert _lost(Index(), 4)  # type: ignore[arg-type]
     assert not _lost(Index(), 5)  # type: ignore[arg-type]
     assert run.events[0][0] == 6
+
+
+def test_the_kind_is_the_records_own_not_one_inside_its_body() -> None:
+    from harness.orchestrate.dashboard.fold import _kind_of
+    from harness.verify.canonical import canonical_bytes
+
+    record = {"body": {"note": {"kind": "task.transition"}, "text": '","kind":"x'},
+              "kind": "lock.acquire", "mac": "0" * 64, "run": "r1", "seq": 0,
+              "store": "audit", "time": "2026-01-01T00:00:00.000000Z", "v": 2}  # fmt: skip
+    assert _kind_of(canonical_bytes(record)) == b"lock.acquire"
+    assert _kind_of(b"not json") == b""
