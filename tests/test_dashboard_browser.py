@@ -20,7 +20,9 @@ protocol (``tests/cdp.py``). Checked, in one pass (a run can be stopped only onc
   element made of it, no handler run;
 * no console error, uncaught exception or CSP violation in any dashboard page; the server
   exits 0 on SIGTERM with a live page connected to its event stream;
-* a dashboard started without ``--allow-control`` shows no control and refuses a POST (403).
+* a dashboard started without ``--allow-control`` shows no control and refuses a POST (403);
+* a gap in the store (replaced by a shorter copy) makes the open page resync: it reloads and
+  shows the store as it now is.
 
 The detectors are checked too: a reload does remove the marker, and a console error is seen.
 Skipped where ``chromium`` or the dashboard extra (starlette, uvicorn) is not installed.
@@ -364,8 +366,31 @@ def _read_only(browser: Browser, live: Live) -> None:
             ".then(r => r.status)"
         )
         assert refused == 403
+        _resync(browser, live)
     finally:
         _stop(server)
+
+
+def _resync(browser: Browser, live: Live) -> None:
+    """A gap in the store (here: it is replaced by a shorter copy, cut before t0's first
+    transition) makes the open page reload its data: t0 shows ``planned`` again."""
+    browser.evaluate("window.__d2_marker = 'no reload'")
+    assert _state_of(browser, "t0") != "planned"
+    lines = live.audit.read_bytes().splitlines(keepends=True)
+    cut = next(
+        i
+        for i, line in enumerate(lines)
+        if json.loads(line)["kind"] == "task.transition" and b'"task":"t0"' in line
+    )
+    shorter = live.audit.with_name("audit.shorter")
+    shorter.write_bytes(b"".join(lines[:cut]))
+    os.replace(shorter, live.audit)  # another file: no position to continue from
+    browser.wait_for("window.__d2_marker === undefined", timeout=20)
+    browser.wait_for(
+        "((document.querySelector('#tasks tr[data-task=\"t0\"] td.state') || {})"
+        ".textContent || '').trim() === 'planned'",
+        timeout=20,
+    )
 
 
 def test_a_live_run_watched_and_stopped_in_chromium(live: Live, tmp_path: Path) -> None:
