@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,54 @@ import pytest
 # Third-party vectors live in the repository (see its SOURCES.md), so a clone alone runs every
 # vector test; a missing file is a failure (tests/test_third_party_vectors.py), never a skip.
 THIRD_PARTY_VECTORS = Path(__file__).resolve().parent / "vectors" / "third_party"
+
+
+# ---- pytest-xdist: what may run at the same time ------------------------------------------
+# README's command runs the suite on two workers with ``--dist loadfile``: a file runs on one
+# worker, so its module-scoped fixtures (demo runs, packs, a built wheel: up to 30 s each) are
+# built once, as in a serial run. Files that would overload two cores or collide when run at
+# once are put in one scope (one worker, one after the other) by the scheduler below.
+# (Not ``xdist_group`` + ``--dist loadgroup``: with pytest 9.2 that grouping silently does
+# nothing, pytest-xdist issue #1386.)
+SHARED_SCOPES = {
+    # a real local Ray cluster (module fixture, --num-cpus=2); a head node also binds fixed
+    # default ports (the Ray client server's 10001): one cluster on the machine at a time
+    "test_executor_ray.py": "ray",
+}
+CHROMIUM_SCOPE = "chromium"
+"""Files that drive headless Chromium (call ``_chromium()`` or use ``tests/cdp.py``): one
+browser at a time, each is a tree of processes that can take both cores."""
+
+
+@functools.cache
+def shared_scope(path: Path) -> str | None:
+    """The scope a test file shares with others (``SHARED_SCOPES``, ``CHROMIUM_SCOPE``)."""
+    if path.name in SHARED_SCOPES:
+        return SHARED_SCOPES[path.name]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if "_chromium()" in text or re.search(r"^from \.cdp import", text, re.MULTILINE):
+        return CHROMIUM_SCOPE
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; without xdist (mutmut) unused
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, except that files sharing a resource share one scope."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root = config.rootpath
+
+    class SharedScopes(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return shared_scope(root / scope) or scope
+
+    return SharedScopes(config, log)
 
 
 @pytest.fixture(scope="session")

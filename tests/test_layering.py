@@ -24,9 +24,9 @@ FORBIDDEN = {
 }
 
 
-def _imports(path: Path, package: str) -> list[tuple[int, str]]:
+def _imports(path: Path, package: str, root: Path = ROOT) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(), filename=str(path))
-    module_parts = ["harness", package, *path.relative_to(ROOT / package).with_suffix("").parts]
+    module_parts = ["harness", package, *path.relative_to(root / package).with_suffix("").parts]
     if module_parts[-1] == "__init__":
         module_parts.pop()
     found: list[tuple[int, str]] = []
@@ -57,12 +57,13 @@ def test_static_imports_respect_layers(package: str) -> None:
 
 
 def test_static_checker_catches_a_violation(tmp_path: Path) -> None:
-    bad = ROOT / "verify" / "_layering_probe.py"
+    # The probe lives in a copy of the layout under tmp_path, never in verify/ itself: there it
+    # would be seen by the other layering tests, the wheel test and lint-imports running at the
+    # same time on another pytest-xdist worker (or by anyone's ruff/mypy in the tree).
+    bad = tmp_path / "verify" / "_layering_probe.py"
+    bad.parent.mkdir()
     bad.write_text("def f():\n    from ..receipts import store\n    return store\n")
-    try:
-        found = _imports(bad, "verify")
-    finally:
-        bad.unlink()
+    found = _imports(bad, "verify", root=tmp_path)
     assert (2, "harness.receipts") in found
 
 

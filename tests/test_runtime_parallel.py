@@ -12,7 +12,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -66,29 +68,62 @@ def _kinds(records: list[dict[str, Any]], *kinds: str) -> list[dict[str, Any]]:
 # -- 1. parallel batches, in-order retirement ----------------------------------------------
 
 
-def _timed_run(tmp: Path, label: str, concurrency: int) -> float:
+def _gates_at_once(marker: str, stop: threading.Event, counts: list[int]) -> None:
+    """Sample, every 20 ms until ``stop``, how many gate processes of one run are alive at
+    once: the python processes whose command line carries ``marker`` (a bubblewrap process
+    around a gate names it too, so only the interpreter itself is counted)."""
+    while not stop.is_set():
+        alive = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[0] == sys.executable.encode() and any(marker.encode() in a for a in argv):
+                alive += 1
+        counts.append(alive)
+        stop.wait(0.02)
+
+
+def _concurrent_gates(tmp: Path, label: str, concurrency: int) -> int:
+    """The most gates (2 s each, 16 tasks) seen running at the same moment in a run."""
     repo = tmp / label
     make_repo(repo)
     adapter = _writer(tmp, f"w{label}.py")
+    marker = f"gate of {label} {uuid.uuid4().hex}"
+    code = f"import time; time.sleep(2.0)  # {marker}"
+    gate = {"name": "ok", "command": [sys.executable, "-c", code], "timeout_s": 60}
     tasks = [
         {"id": f"t{i:02d}", "role": "r", "prompt": "x", "adapter": adapter,
-         "scope": [f"t{i:02d}/**"], "gates": [_gate(2.0)]}
+         "scope": [f"t{i:02d}/**"], "gates": [gate]}
         for i in range(16)
     ]  # fmt: skip
     plan = _plan(tasks, max_in_flight=concurrency, concurrency={"r": concurrency})
-    start = time.monotonic()
-    summary = _runtime(repo, plan, make_keys()).run()
-    elapsed = time.monotonic() - start
+    stop, counts = threading.Event(), [0]
+    sampler = threading.Thread(target=_gates_at_once, args=(marker, stop, counts))
+    sampler.start()
+    try:
+        summary = _runtime(repo, plan, make_keys()).run()
+    finally:
+        stop.set()
+        sampler.join()
     assert all(state is TaskState.DONE for state in summary.states.values()), summary.states
-    return elapsed
+    return max(counts)
 
 
-def test_sixteen_tasks_with_concurrency_eight_run_at_least_four_times_faster(
-    tmp_path: Path,
-) -> None:
-    serial = _timed_run(tmp_path, "serial", 1)
-    parallel = _timed_run(tmp_path, "parallel", 8)
-    assert serial / parallel >= 4.0, (serial, parallel)
+def test_sixteen_tasks_with_concurrency_eight_run_their_gates_at_once(tmp_path: Path) -> None:
+    """Concurrency 8 runs several 2 s gates at the same moment (never more than 8);
+    concurrency 1 never two.
+
+    Counted as live gate processes, not as a wall-clock speed-up: the speed-up (was: at least
+    4x) also measures how much CPU the machine's other jobs leave the coordinator (3.2x in a
+    pytest-xdist run on a loaded 2-core machine), the overlap mostly what the runtime decides.
+    8 at once is what an idle machine shows; at least 4 (the old 4x) leaves room for the
+    coordinator starting the batches' gates more than 2 s apart under load."""
+    assert _concurrent_gates(tmp_path, "serial", 1) == 1
+    assert 4 <= _concurrent_gates(tmp_path, "parallel", 8) <= 8
 
 
 def _lineage_run(tmp: Path, label: str, sleeps: dict[str, float]) -> tuple[bytes, Any]:
