@@ -135,6 +135,8 @@ class Controller:
         self.seen: dict[str, dict[str, int]] = {}
         """Per agent key, how many steps of each anomaly class its last K steps hold."""
         self.showing: dict[str, set[str]] = {}
+        self.reshown = False
+        """Whether ``showing`` may have changed since the aggregation last looked."""
         """Per anomaly class, the agents whose last K steps hold it (the aggregation's
         count, kept as windows change instead of recounted at every step)."""
         self._profile = self.profile
@@ -269,6 +271,7 @@ class Controller:
         return sums
 
     def _count(self, seen: dict[str, int], cls: str, agent: str, change: int) -> None:
+        self.reshown = True
         left = seen.get(cls, 0) + change
         if left:
             seen[cls] = left
@@ -282,6 +285,7 @@ class Controller:
         """Recount every agent key's classes over the (new) last K steps."""
         self.seen.clear()
         self.showing.clear()
+        self.reshown = True
         for key, window in self.windows.items():
             if key.startswith(_AGENT):
                 agent, seen = key[len(_AGENT) :], self.seen.setdefault(key, {})
@@ -295,6 +299,7 @@ class Controller:
         self.levels[key] = 0
         seen = self.seen.pop(key, None)
         if seen:
+            self.reshown = True
             agent = key[len(_AGENT) :]
             for cls in seen:
                 self.showing[cls].discard(agent)
@@ -373,12 +378,14 @@ class Controller:
         if step.cls is not None:
             self.fires += 1
         self._buckets(step, number, anomalous, decisions, versions)
-        self._aggregate(step, number, decisions, versions)
+        if step.cls is not None or (self.aggregated and self.reshown):
+            self._aggregate(step, number, decisions, versions)
         if paced:
             self._trends(step, number, paced, decisions, versions)
         if not number % self.params.rate_window:
             self._rate(number, decisions)
-        self._selftest(step, number, decisions)
+        if self.params.meta.selftest_every:
+            self._selftest(step, number, decisions)
         if decisions or self.pending or len(self.outcomes) > self.judged:
             self._alerts(number, decisions)
         self.classes.append(step.cls)
@@ -431,8 +438,9 @@ class Controller:
     def _aggregate(
         self, step: Step, number: int, decisions: list[Decision], versions: list[Version]
     ) -> None:
-        if step.cls is None and not self.aggregated:
-            return  # nothing to decide and nothing to re-arm
+        """(``observe`` calls it when the step failed, or when a class is armed and the
+        windows' classes changed since: else there is nothing to decide or re-arm.)"""
+        self.reshown = False
         showing = self.showing
         need = self.params.aggregate_agents
         self.aggregated = {c for c in self.aggregated if len(showing.get(c, ())) >= need}
