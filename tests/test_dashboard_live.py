@@ -343,3 +343,54 @@ def test_harness_works_without_the_extra(tmp_path: Path) -> None:
     result = _python(code, tmp_path)
     assert result.returncode == 2
     assert "harness-verify[dashboard]" in result.stderr
+
+
+def test_open_event_streams_are_bounded(tmp_path: Path, monkeypatch: Any) -> None:
+    """In-process server (uvicorn in a thread, a real socket): past ``MAX_STREAMS`` open
+    streams a new one gets 503; closing one makes room."""
+    import contextlib
+    import threading
+
+    import uvicorn
+
+    from harness.orchestrate.dashboard import app as app_module
+    from harness.orchestrate.dashboard.server import bind
+
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = init_keys(tmp_path / "keys")
+    with RunRecorder(repo / ".harness", RUN, keys) as run:
+        _planned(run, "t1")
+    monkeypatch.setattr(app_module, "MAX_STREAMS", 2)
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    app = app_module.create_app(repo, allow_control=False, token=None, host="127.0.0.1",
+                                port=port, keys=keys)  # fmt: skip
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}/runs/{RUN}/events"
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with httpx.Client(timeout=30) as client, contextlib.ExitStack() as stack:
+            first = stack.enter_context(client.stream("GET", url))
+            second = stack.enter_context(client.stream("GET", url))
+            lines = [first.iter_lines(), second.iter_lines()]  # kept: dropping one closes it
+            assert all(next(stream) == "retry: 1000" for stream in lines)  # both streaming
+            assert client.get(url).status_code == 503
+            first.close()
+            deadline = time.monotonic() + 10
+            while True:  # the server notices the closed stream at its next poll
+                with client.stream("GET", url) as third:
+                    if third.status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the closed stream was never released"
+                time.sleep(0.1)
+    finally:
+        app.state.dashboard.stopping.set()
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()

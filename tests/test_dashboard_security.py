@@ -284,3 +284,11 @@ def test_an_oversized_body_is_refused_before_any_route(client: TestClient) -> No
         client.post("/", content=b"[]", headers={"Content-Type": "application/json"}).status_code
         == 405
     )
+
+
+def test_the_token_redirect_stays_on_this_site(repo: Path) -> None:
+    with _client(repo, token=TOKEN) as c:
+        response = c.get(f"{BASE}//evil.example/x?token={TOKEN}")
+        assert response.status_code == 303
+        location = response.headers["location"]
+        assert location.startswith("/") and not location.startswith("//"), location

@@ -42,6 +42,8 @@ KEEPALIVE_S: Final = 10.0
 RUNS_DEADLINE_S: Final = 2.0
 CURSOR_RE: Final = re.compile(r"[0-9]{1,12}")
 MAX_TEXT: Final = 16_000
+MAX_STREAMS: Final = 32
+"""Event streams open at once (each polls its run): more get 503."""
 OPERATOR: Final = "dashboard"
 
 
@@ -63,6 +65,7 @@ class Dashboard:
         self.stopping = threading.Event()
         """Set when the server shuts down: live streams end so the shutdown is not held."""
         self.poll_s = POLL_S
+        self.streams = 0
 
     async def index(self, run_id: str, deadline_s: float = 10.0) -> RunIndex | None:
         index = await run_in_threadpool(self.runs.run, run_id)
@@ -164,6 +167,8 @@ def create_app(
             return _error(400, "the cursor is a record count (digits)")
         generation = request.query_params.get("generation")
         cursor = int(raw) if raw is not None else None
+        if dash.streams >= MAX_STREAMS:
+            return _error(503, f"{MAX_STREAMS} event streams are open already")
         stream = _stream(dash, index, request, cursor, generation)
         return StreamingResponse(
             stream, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
@@ -301,6 +306,17 @@ async def _stream(
     """Events after ``cursor`` (an audit record count), then live ones as the store grows.
     ``resync`` when the cursor is beyond the store, older than the events kept, or of
     another generation (the store was replaced or shrank since the client read it)."""
+    dash.streams += 1
+    try:
+        async for chunk in _events(dash, index, request, cursor, generation):
+            yield chunk
+    finally:
+        dash.streams -= 1
+
+
+async def _events(
+    dash: Dashboard, index: RunIndex, request: Request, cursor: int | None, generation: str | None
+) -> AsyncIterator[bytes]:
     seen_generation = index.generation
     fold = index.fold
     if cursor is None:

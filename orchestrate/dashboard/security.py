@@ -169,7 +169,9 @@ class Guard:
             given = [v for k, v in query if k == "token"]
             if given and hmac.compare_digest(given[0].encode(), self.token.encode()):
                 rest = urlencode([(k, v) for k, v in query if k != "token"])
-                location = quote(scope.get("path", "/")) + (f"?{rest}" if rest else "")
+                # one leading slash: "//host" would be a redirect to another site
+                path = "/" + quote(scope.get("path", "/")).lstrip("/")
+                location = path + (f"?{rest}" if rest else "")
                 await _redirect(send, location, self.token)
                 return
             await _plain(send, 401, "a token is required (Authorization: Bearer, or ?token=)")
