@@ -16,9 +16,9 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -37,9 +37,11 @@ from .index import Repository, RunIndex
 from .security import MAX_BODY, Access, Guard
 from .static import SCRIPT, STYLE
 
+T = TypeVar("T")
 POLL_S: Final = 0.2
 KEEPALIVE_S: Final = 10.0
 RUNS_DEADLINE_S: Final = 2.0
+RUNS_TOTAL_S: Final = 10.0
 CURSOR_RE: Final = re.compile(r"[0-9]{1,12}")
 MAX_TEXT: Final = 16_000
 MAX_STREAMS: Final = 32
@@ -72,6 +74,12 @@ class Dashboard:
         if index is not None:
             await run_in_threadpool(index.refresh, deadline_s)
         return index
+
+
+def _locked(index: RunIndex, build: Callable[..., T], *args: Any) -> T:
+    """``build(*args)`` while no refresh of ``index`` runs (a refresh mutates the fold)."""
+    with index.lock:
+        return build(*args)
 
 
 def _not_found(what: str) -> Response:
@@ -114,18 +122,25 @@ def create_app(
         return JSONResponse({"runs": await _runs()})
 
     async def _runs() -> list[dict[str, Any]]:
+        """Every run's summary; refreshes share one deadline (a run not reached in time is
+        shown as far as it was read, and read further by the next request)."""
         out = []
+        stop = time.monotonic() + RUNS_TOTAL_S
         for run_id in await run_in_threadpool(dash.runs.run_ids):
-            index = await dash.index(run_id, RUNS_DEADLINE_S)
+            left = min(RUNS_DEADLINE_S, stop - time.monotonic())
+            if left > 0:
+                index = await dash.index(run_id, left)
+            else:
+                index = await run_in_threadpool(dash.runs.run, run_id)
             if index is not None:
-                out.append(summary(index, dash.evidence))
+                out.append(await run_in_threadpool(_locked, index, summary, index, dash.evidence))
         return out
 
     async def _detail(request: Request) -> tuple[dict[str, Any], str] | None:
         index = await dash.index(request.path_params["run"])
         if index is None:
             return None
-        return await run_in_threadpool(detail, index, dash.evidence)
+        return await run_in_threadpool(_locked, index, detail, index, dash.evidence)
 
     async def run_page(request: Request) -> Response:
         found = await _detail(request)
@@ -146,7 +161,7 @@ def create_app(
         view = index.fold.tasks.get(request.path_params["task"])
         if view is None:
             return None
-        return await run_in_threadpool(task_detail, index, view, dash.differ)
+        return await run_in_threadpool(_locked, index, task_detail, index, view, dash.differ)
 
     async def task_page(request: Request) -> Response:
         data = await _task(request)
