@@ -293,6 +293,23 @@ def _live_update(browser: Browser, url: str, live: Live, shots: Path) -> int:
         if r["kind"] == "task.transition" and r["body"]["task"] == watched
     }
     assert after in recorded, (watched, before, after, recorded)
+    # the row's reason and the run's outcome summary follow too (read in one evaluation,
+    # so no event lands between them)
+    seen = browser.evaluate(
+        "(() => ({ reason: document.querySelector("
+        f"'#tasks tr[data-task={_js(watched)}] td.reason').textContent,"
+        " summary: document.getElementById('run-outcomes').textContent,"
+        " cells: Array.from(document.querySelectorAll('#tasks td.state'),"
+        " (c) => c.textContent) }))()"
+    )
+    reasons = {
+        r["body"]["reason"]
+        for r in live.records()
+        if r["kind"] == "task.transition" and r["body"]["task"] == watched
+    }
+    assert seen["reason"] in reasons, (seen, reasons)
+    cells = seen["cells"]
+    assert seen["summary"] == ", ".join(f"{s} {cells.count(s)}" for s in sorted(set(cells)))
     shot = shots / "run.png"
     _check_png(browser.screenshot(shot, WIDTH, HEIGHT), shot)
     return since

@@ -139,7 +139,12 @@ def test_events_follow_the_store_from_a_cursor(store: tuple[Path, Path, Server])
         with RunRecorder(repo / ".harness", RUN, keys) as run:
             first = _move(run, "t1", "planned", "open")
         event = _until(_events(response), "task")
-        assert json.loads(event["data"]) == {"task": "t1", "state": "open"}
+        assert json.loads(event["data"]) == {
+            "task": "t1",
+            "state": "open",
+            "reason": "test",
+            "attempts": 0,
+        }
         assert event["id"] == str(first) == "3"
     # a reconnect with Last-Event-ID (what EventSource sends) replays what came after it
     with RunRecorder(repo / ".harness", RUN, keys) as run:
@@ -147,17 +152,22 @@ def test_events_follow_the_store_from_a_cursor(store: tuple[Path, Path, Server])
     headers = {"Last-Event-ID": str(first)}
     with httpx.stream("GET", url, headers=headers, timeout=30) as response:
         event = _until(_events(response), "task")
-        assert json.loads(event["data"]) == {"task": "t2", "state": "open"}
+        assert json.loads(event["data"]) == {
+            "task": "t2",
+            "state": "open",
+            "reason": "test",
+            "attempts": 0,
+        }
         assert event["id"] == str(second)
     # from the start: every task event, in store order
     with httpx.stream("GET", f"{url}?cursor=0", timeout=30) as response:
         events = _events(response)
         got = [json.loads(_until(events, "task")["data"]) for _ in range(4)]
-    assert got == [
-        {"task": "t1", "state": "planned"},
-        {"task": "t2", "state": "planned"},
-        {"task": "t1", "state": "open"},
-        {"task": "t2", "state": "open"},
+    assert [(g["task"], g["state"], g["reason"]) for g in got] == [
+        ("t1", "planned", ""),
+        ("t2", "planned", ""),
+        ("t1", "open", "test"),
+        ("t2", "open", "test"),
     ]
 
 

@@ -140,7 +140,7 @@ class RunFold:
         view.role = str(body.get("role", ""))
         view.adapter = str(body.get("adapter", ""))
         view.depends = [str(d) for d in body.get("depends", [])]
-        self._event("task", {"task": view.name, "state": view.state})
+        self._task_event(view)
 
     def _transition(self, record: Record) -> None:
         body = record.body
@@ -151,7 +151,19 @@ class RunFold:
             view.transitions,
             {"seq": record.seq, "from": body["from"], "to": body["to"], "reason": view.reason},
         )
-        self._event("task", {"task": view.name, "state": view.state})
+        self._task_event(view)
+
+    def _task_event(self, view: TaskView) -> None:
+        """What a live run page updates of a task's row (and its outcome counts from)."""
+        self._event(
+            "task",
+            {
+                "task": view.name,
+                "state": view.state,
+                "reason": view.reason,
+                "attempts": len(view.attempts),
+            },
+        )
 
     def _status(self, record: Record) -> None:
         body = record.body

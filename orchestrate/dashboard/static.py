@@ -46,6 +46,17 @@ SCRIPT: Final = r"""
     const span = item.querySelector("span.status");
     if (status !== "pending" || span.textContent === "") span.textContent = status;
   }
+  function recount() {
+    // the summary "tasks: done 2, open 1" as the server writes it: states sorted, counted
+    const summary = document.getElementById("run-outcomes");
+    if (!summary) return;
+    const counts = new Map();
+    for (const cell of document.querySelectorAll("#tasks td.state")) {
+      counts.set(cell.textContent, (counts.get(cell.textContent) || 0) + 1);
+    }
+    const states = Array.from(counts.keys()).sort();
+    summary.textContent = states.map((s) => s + " " + counts.get(s)).join(", ") || "none";
+  }
   if (body.dataset.live === "1" && window.EventSource) {
     const url = base + "/events?cursor=" + encodeURIComponent(body.dataset.cursor) +
       "&generation=" + encodeURIComponent(body.dataset.generation);
@@ -55,6 +66,9 @@ SCRIPT: Final = r"""
       const row = rowOf("#tasks", "task", data.task);
       if (!row) { location.reload(); return; }
       row.querySelector("td.state").textContent = data.state;
+      row.querySelector("td.reason").textContent = data.reason;
+      row.querySelector("td.attempts").textContent = String(data.attempts);
+      recount();
     });
     source.addEventListener("receipt", function (event) {
       const data = JSON.parse(event.data);

@@ -199,7 +199,8 @@ def run_page(detail: Mapping[str, Any], *, control_svg: str, allow_control: bool
         f"<h1>Run {e(run)}</h1>"
         f'<p>state <strong id="run-state">{e(detail["state"])}</strong>, epoch '
         f'<span id="run-epoch">{e(detail["epoch"])}</span>, '
-        f"{e(detail['records'])} audit records; tasks: {_outcomes(detail['outcomes'])}</p>"
+        f"{e(detail['records'])} audit records; tasks: "
+        f'<span id="run-outcomes">{_outcomes(detail["outcomes"])}</span></p>'
         f"{behind}{'<ul>' + problems + '</ul>' if problems else ''}"
         f'<section id="timeline"><h2>Timeline</h2>'
         f"{timeline_svg(detail['batches'], detail['records'])}</section>"
