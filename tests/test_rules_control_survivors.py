@@ -354,3 +354,76 @@ def test_confirmed_alerts_do_not_cry_wolf() -> None:
         assert c.judge(f"{d.step}:{d.key}", "confirmed") is None
     assert c.judge("6:agent:a:pace_ms", "maybe") is not None
     assert decisions(run(c, [step("a", pace=100)] * 13)) == []
+
+
+# ---- the kept window state: sums, class counts, shared readings ------------------------------
+
+
+def test_class_counts_follow_the_last_k_steps() -> None:
+    # implement (K = 12), M high (no decision resets a window). a: test, test, then normal
+    # steps: the class stays while one of its steps is among the last 12, counted per step.
+    c = machine(threshold=1000, aggregate_agents=2)
+    c.settle(IMPLEMENT)
+    run(c, [step("a", "test"), step("b", "test"), step("a", "test")])
+    assert c.seen["agent:a"] == {"test": 2} and c.showing["test"] == {"a", "b"}
+    run(c, [step("a")] * 11)  # a's last 12: test, N x 11 (the first test left)
+    assert c.seen["agent:a"] == {"test": 1} and c.kinds("agent:a") == {"test"}
+    run(c, [step("a")])  # the second test leaves too
+    assert c.kinds("agent:a") == frozenset() and c.showing["test"] == {"b"}
+    assert all(type(bad) is bool for bad, _, _ in c.windows["agent:a"])
+
+
+def test_a_narrower_phase_recounts_the_classes() -> None:
+    # explore (K = 20): a: lint, then 8 normal steps, b: lint. Into integrate (K = 6): a's
+    # lint is 9 steps back (gone), b's is its last step (kept); back to explore: a's again.
+    c = machine(threshold=1000, aggregate_agents=2)
+    run(c, [step("a", "lint")] + [step("a")] * 8 + [step("b", "lint"), step("b", "lint")])
+    assert c.showing["lint"] == {"a", "b"} and c.seen["agent:b"] == {"lint": 2}
+    c.settle(INTEGRATE)
+    assert c.kinds("agent:a") == frozenset() and c.kinds("agent:b") == {"lint"}
+    assert c.showing["lint"] == {"b"} and c.seen["agent:b"] == {"lint": 2}
+    c.phase = "explore"
+    assert c.showing["lint"] == {"a", "b"} and c.seen["agent:a"] == {"lint": 1}
+
+
+def test_a_window_keeps_its_last_twenty_steps_in_order() -> None:
+    # explore (K = 20), M high: F then 24 normal steps with growing pace: the window holds
+    # the last 20 (the F gone), oldest first, and the level is the fold over them.
+    c = machine(threshold=1000)
+    run(c, [step("a", "test", pace=1)] + [step("a", pace=2 + n) for n in range(24)])
+    window = c.windows["agent:a"]
+    assert len(window) == 20 and not any(bad for bad, _, _ in window)
+    assert c.sums["agent:a"][-1] - c.sums["agent:a"][0] == -20
+    assert c.level("agent:a") == 0 and c.level("agent:nobody") == 0
+    c2 = machine(threshold=1000)
+    run(c2, [step("a")] * 19 + [step("a", "test")] * 2)  # 21 steps: the first N left
+    assert [bad for bad, _, _ in c2.windows["agent:a"]] == [False] * 18 + [True, True]
+    assert c2.level("agent:a") == 20
+
+
+def test_threshold_one_crosses_again_right_after_a_reset() -> None:
+    # M = 1: every anomaly crosses from 0; after a decision the key starts at 0, so the next
+    # anomaly crosses again (a key that restarted at 1 would not).
+    c = machine(threshold=1)
+    got = decisions(run(c, [step("a", "test"), step("a", "test")]))
+    assert [(d.step, d.key, d.level) for d in got if d.rule == "bucket"] == [
+        (1, "agent:a", 10),
+        (2, "agent:a", 10),
+    ]
+
+
+@pytest.mark.parametrize("value", [-1, 0, 1, 5, 63, 64, 65, 10**6])
+def test_readings_are_the_rule_at_every_value(value: int) -> None:
+    # shared readings (values below 64 are made once) never change what a reading says
+    c = machine()
+    c.settle(INTEGRATE)  # sensor level full: every tier-2 sensor is read
+    s = Step("t", "a", "src", 1, "test", {"outcome": 1, "restarts": value, "tests": value},
+             {"pace_ms": 10, "backtrack": value, "loop": value, "modules": value,
+              "contract": value})  # fmt: skip
+    for _ in range(2):
+        got = c.readings(s)
+        by_name = {r.sensor: r for r in got}
+        for name in ("restarts", "tests", "backtrack", "loop", "modules", "contract"):
+            r = by_name[name]
+            assert r.value == value and r.anomaly == sensors.anomalous(name, value), r
+        assert [r.sensor for r in got][:3] == ["outcome", "restarts", "tests"]

@@ -142,6 +142,7 @@ class Controller:
         self._profile = self.profile
         self.k = self._profile.window
         """The phase's window K."""
+        self._candidates_at: dict[tuple[int, str], dict[str, dict[str, Any] | None]] = {}
         self._tier1_rows: dict[str, list[Reading | None]] = {
             name: [None] * _MADE_BELOW for name in sensors.TIER1
         }
@@ -633,14 +634,24 @@ class Controller:
             return None
         return new
 
+    def _candidates(self, agent: str) -> dict[str, dict[str, Any] | None]:
+        """``_candidate`` of each config switch for ``agent`` on the current document,
+        kept per (version, agent): the inputs besides the document never change in a run,
+        and an agent whose switches are spent keeps crossing (each crossing then escalates
+        at the cost of a lookup, not of three document builds)."""
+        key = (self.version, agent)
+        found = self._candidates_at.get(key)
+        if found is None:
+            found = self._candidates_at[key] = {
+                s: self._candidate(self.document, agent, s) for s in strategy.SWITCHES
+            }
+        return found
+
     def _switch(self, step: Step, number: int, cls: str | None) -> tuple[str, int | None]:
         state = self._agent(step.agent)
         profile = self.profile
-        available = [
-            s
-            for s in sorted(strategy.SWITCHES)
-            if self._candidate(self.document, step.agent, s) is not None
-        ]
+        candidates = self._candidates(step.agent)
+        available = [s for s in sorted(strategy.SWITCHES) if candidates[s] is not None]
         chosen = strategy.choose(
             cls,
             tried=state.tried,
@@ -656,7 +667,7 @@ class Controller:
             state.topology += 1
             self.last_topology = number
             return chosen, None
-        new = self._candidate(self.document, step.agent, chosen)
+        new = candidates[chosen]
         assert new is not None  # it was available
         state.switches += 1
         return chosen, self._advance(new, number)
@@ -691,4 +702,5 @@ class Controller:
         self.document = document
         self.sha256 = version.sha256
         self.made.append(version)
+        self._candidates_at.clear()  # they were the old document's
         return self.version
