@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
@@ -10,6 +13,24 @@ HOSTILE_FILE = '"><img src=x onerror=alert(2)>.txt'
 HOSTILE_CONTENT = '<script>alert("content")</script>\n'
 HOSTILE_TEXT = "<img src=x onerror=alert(3)> and </pre><script>alert(4)</script>"
 HOSTILE_REASON = "'><svg onload=alert(5)>"
+
+
+def slow_plan(
+    tasks: int, gate_s: float, content: Callable[[int], str] = lambda i: f"file {i}\n"
+) -> str:
+    """A plan of chained tasks (each depends on the previous) whose gates each sleep
+    ``gate_s``: a real run that stays in progress long enough to be watched."""
+    python = json.dumps(sys.executable)
+    parts = ['[plan]\nname = "live"\n']
+    for i in range(tasks):
+        parts += [
+            f'[[task]]\nid = "t{i}"\nrole = "coder"\nprompt = "Write file {i}."\n',
+            f'depends = ["t{i - 1}"]\n' if i else "",
+            f'gates = [{{ name = "slow", command = [{python}, "-c", '
+            f'"import time; time.sleep({gate_s})"] }}]\n',
+            f'[[task.edits]]\npath = "f{i}.txt"\ncontent = {json.dumps(content(i))}\n',
+        ]
+    return "".join(parts)
 
 
 @dataclass

@@ -50,6 +50,7 @@ import pytest
 from harness.orchestrate.demo import make_repo
 
 from .cdp import Browser, chromium_path, png_distinct_bytes, png_size
+from .dashboard_helpers import slow_plan
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -67,21 +68,6 @@ HOSTILE = '<img id="pwned" src="x" onerror="window.__pwned = 1"><marquee id="pwn
 
 def _content(i: int) -> str:
     return f"file {i}\n" + (HOSTILE + "\n" if i == 0 else "")
-
-
-def _plan() -> str:
-    """Chained tasks (each depends on the previous), every gate sleeping ``GATE_S``."""
-    python = json.dumps(sys.executable)
-    parts = ['[plan]\nname = "live"\n']
-    for i in range(TASKS):
-        parts += [
-            f'[[task]]\nid = "t{i}"\nrole = "coder"\nprompt = "Write file {i}."\n',
-            f'depends = ["t{i - 1}"]\n' if i else "",
-            f'gates = [{{ name = "slow", command = [{python}, "-c", '
-            f'"import time; time.sleep({GATE_S})"] }}]\n',
-            f'[[task.edits]]\npath = "f{i}.txt"\ncontent = {json.dumps(_content(i))}\n',
-        ]
-    return "".join(parts)
 
 
 @dataclass
@@ -123,7 +109,7 @@ def live(tmp_path: Path) -> Iterator[Live]:
         env.pop(name, None)
     repo = tmp_path / "repo"
     make_repo(repo)
-    (tmp_path / "plan.toml").write_text(_plan())
+    (tmp_path / "plan.toml").write_text(slow_plan(TASKS, GATE_S, _content))
     init = subprocess.run([sys.executable, "-m", "harness.cli", "init"], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     assert init.returncode == 0, init.stderr

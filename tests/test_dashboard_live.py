@@ -28,7 +28,7 @@ from harness.orchestrate.demo import make_repo
 from harness.receipts.keys import init_keys, load_keys
 from harness.receipts.run import RunRecorder
 
-from .dashboard_helpers import parse_html
+from .dashboard_helpers import parse_html, slow_plan
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -255,25 +255,11 @@ def test_a_wildcard_bind_with_a_token_from_the_environment(tmp_path: Path) -> No
 # ---- control of a real run -----------------------------------------------------------------
 
 
-def _slow_plan(tasks: int, gate_s: float) -> str:
-    python = json.dumps(sys.executable)
-    parts = ['[plan]\nname = "live"\n']
-    for i in range(tasks):
-        parts += [
-            f'[[task]]\nid = "t{i}"\nrole = "coder"\nprompt = "Write file {i}."\n',
-            f'depends = ["t{i - 1}"]\n' if i else "",
-            f'gates = [{{ name = "slow", command = [{python}, "-c", '
-            f'"import time; time.sleep({gate_s})"] }}]\n',
-            f'[[task.edits]]\npath = "f{i}.txt"\ncontent = "file {i}\\n"\n',
-        ]
-    return "".join(parts)
-
-
 def test_stop_from_the_dashboard_ends_a_real_run(tmp_path: Path) -> None:
     env = _env(tmp_path)
     repo = tmp_path / "repo"
     make_repo(repo)
-    (tmp_path / "plan.toml").write_text(_slow_plan(6, 1.5))
+    (tmp_path / "plan.toml").write_text(slow_plan(6, 1.5))
     init = subprocess.run([*CLI, "init"], cwd=repo, env=env, capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     assert init.returncode == 0, init.stderr
