@@ -427,3 +427,33 @@ def test_readings_are_the_rule_at_every_value(value: int) -> None:
             r = by_name[name]
             assert r.value == value and r.anomaly == sensors.anomalous(name, value), r
         assert [r.sensor for r in got][:3] == ["outcome", "restarts", "tests"]
+
+
+def test_a_class_re_arms_when_it_leaves_an_agent_window_on_a_normal_step() -> None:
+    # integrate (K = 6), M high, aggregation over 2 agents. a lint, b lint: aggregated (once).
+    # a's six normal steps push its lint out of its last 6: only b shows lint now, so lint
+    # re-arms on that normal step; c's lint then aggregates again (b and c).
+    c = machine(threshold=1000, aggregate_agents=2)
+    c.settle(INTEGRATE)
+    steps = [step("a", "lint"), step("b", "lint")] + [step("a")] * 6 + [step("c", "lint")]
+    got = [d for d in decisions(run(c, steps)) if d.rule == "aggregate"]
+    assert [(d.step, d.level) for d in got] == [(2, 2), (9, 2)]
+    assert c.kinds("agent:nobody") == frozenset()
+
+
+def test_under_takes_risk_and_denial_from_the_matrix_and_sandbox() -> None:
+    from harness.orchestrate.capabilities import DEFAULT_MATRIX
+    from harness.verify.rules import trifecta
+
+    sandbox = {"kind": "bwrap", "network": False, "private_mounts": True}
+    c = Controller.under(Params(), {"a": [("claude", ["edit"])]}, DEFAULT_MATRIX, sandbox)
+    for tool in ("edit", "web", "secrets", "mcp:x"):
+        assert c.risky(tool) is bool(trifecta.tool_tags(DEFAULT_MATRIX, tool))
+    assert c.risky("web") and not c.risky("edit")
+    # the sandbox counts: without it the claude adapter with edit is denied, with it not
+    assert trifecta.decide(DEFAULT_MATRIX, "claude", ["edit"], None).denied
+    assert c.denied("claude", ["edit"]) is False
+    assert (
+        c.denied("claude", ["edit", "web", "secrets"])
+        is trifecta.decide(DEFAULT_MATRIX, "claude", ["edit", "web", "secrets"], sandbox).denied
+    )
