@@ -457,3 +457,19 @@ def test_under_takes_risk_and_denial_from_the_matrix_and_sandbox() -> None:
         c.denied("claude", ["edit", "web", "secrets"])
         is trifecta.decide(DEFAULT_MATRIX, "claude", ["edit", "web", "secrets"], sandbox).denied
     )
+
+
+def test_a_class_re_arms_when_a_reset_empties_an_agent_window_on_a_normal_step() -> None:
+    # integrate (K = 6, sensor level full), M = 20, aggregation over 2 agents.
+    # 1 a lint (a: 10); 2 b lint: aggregated. 3 a lands but loops 5 times (a flagged
+    # tier-2 reading: anomalous, a: 20): a's crossing resets its window, so only b shows
+    # lint and lint re-arms on that step; 4 c lint: aggregated again (b and c).
+    c = machine(threshold=20, aggregate_agents=2)
+    c.settle(INTEGRATE)
+    steps = [step("a", "lint"), step("b", "lint"), step("a", loop=5), step("c", "lint")]
+    got = decisions(run(c, steps))
+    assert [(d.step, d.rule, d.key) for d in got if d.rule != "cusum"][:1] == [
+        (2, "aggregate", "run")
+    ]
+    assert (3, "bucket", "agent:a") in [(d.step, d.rule, d.key) for d in got]
+    assert [d.step for d in got if d.rule == "aggregate"] == [2, 4]
