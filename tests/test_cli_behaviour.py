@@ -159,6 +159,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     done = harness("demo", "--dir", folder, cwd=folder.parent)
     assert done.returncode == 0, done.stdout + done.stderr
     key_id = done.stdout.rsplit("--trusted-key ", 1)[1].strip()
+    # the next step it suggests names the demo's own repository and keys
+    look = [line for line in done.stdout.splitlines() if line.startswith("look at it:")]
+    assert look and look[0].split(None, 3)[3].startswith(
+        f"harness dashboard --repo {folder / 'repo'} --keys {folder / 'keys'}"
+    ), look
     return folder, key_id
 
 

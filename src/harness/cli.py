@@ -321,8 +321,19 @@ def demo(
         typer.echo(f"  {task:12} {state.value}{why}")
     typer.echo(f"demo repository: {result.repo}")
     typer.echo(f"bundle:          {result.bundle}")
+    typer.echo(
+        f"look at it:      harness dashboard --repo {result.repo} --keys {result.keys_dir}"
+        + ("" if _dashboard_installed() else "  (pip install 'harness-verify[dashboard]')")
+    )
     typer.echo(f"verify it yourself: harness-verify {result.bundle} --trusted-key {result.key_id}")
     raise typer.Exit(int(result.report.exit_code))
+
+
+def _dashboard_installed() -> bool:
+    """Whether the optional dashboard extra (starlette, uvicorn) is importable."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("starlette", "uvicorn"))
 
 
 _KEYS_HELP = "keys folder (default: ~/.config/harness/keys/<repo id>, outside the repository)"
