@@ -38,6 +38,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["review.py", "--calls", "200", "--hooks", "2"],
         ["events.py", "--tasks", "40"],
         ["dashboard.py", "--records", "300", "--grow", "5"],
+        ["proxy.py", "--calls", "8"],
     ],
     ids=lambda args: args[0],
 )

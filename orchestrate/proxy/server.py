@@ -133,6 +133,9 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(self.server.proxy.limits.request_deadline_s)
+        # a response's head and body are separate writes, and a stream is many small ones:
+        # with Nagle's algorithm each would wait for the client's delayed ACK (40 ms)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def handle_one_request(self) -> None:
         proxy = self.server.proxy
