@@ -5,8 +5,9 @@ Prints one JSON line. Run: ``python bench/proxy.py --calls 300``.
 Against the fake model server (tests/fake_model_server.py) on 127.0.0.1, for a non-streaming
 and a streaming Anthropic Messages exchange: the median wall time of a request sent straight
 to the fake (``direct_ms``), through the proxy in live mode (``live_ms``: forwarded, then
-journaled with fsync once the answer's last byte is sent), and through the proxy in replay
-mode (``replay_ms``: served from the journal, no upstream); ``overhead_ms`` = live - direct
+journaled with fsync once the answer's last byte is sent; the next request waits until that
+write is done), and through the proxy in replay mode (``replay_ms``: served from the
+journal, no upstream); ``overhead_ms`` is the median of the paired differences live - direct
 (the target is <= 2 ms plus the upstream time). Each request goes on a fresh connection;
 ``live_keepalive_ms`` sends them on one kept-alive connection, so each waits for the previous
 answer's durable journal write (blobs and index, each fsynced): the journal's cost per
@@ -85,9 +86,13 @@ def main() -> None:
         allow = AllowList([Upstream("anthropic", "anthropic", fake.base, credential="sk-bench")])
         for label, stream in (("plain", False), ("stream", True)):
             requests = bodies(args.calls, stream)
-            direct = series(fake.port, "/v1/messages", requests)
+            direct: list[float] = []
+            live: list[float] = []
             with ProxyServer(allow, Journal(journal_dir, "live")) as proxy:
-                live = series(proxy.port, "/anthropic/v1/messages", requests)
+                for body in requests:  # paired, so machine load hits both alike
+                    direct += series(fake.port, "/v1/messages", [body])
+                    live += series(proxy.port, "/anthropic/v1/messages", [body])
+                    proxy.wait_idle()  # the previous answer's journal write is done
             again = bodies(args.calls // 4 or 1, stream)
             kept_dir = Path(scratch) / f"keep-alive-{label}"
             with ProxyServer(allow, Journal(kept_dir, "live")) as proxy:
@@ -99,7 +104,7 @@ def main() -> None:
             result[f"{label}_live_ms"] = round(statistics.median(live), 3)
             result[f"{label}_replay_ms"] = round(statistics.median(replay), 3)
             result[f"{label}_overhead_ms"] = round(
-                statistics.median(live) - statistics.median(direct), 3
+                statistics.median(b - a for a, b in zip(direct, live, strict=True)), 3
             )
         result["journal_bytes_per_exchange"] = size_of(journal_dir) // (2 * args.calls)
     fake.stop()
