@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.orchestrate.proxy import Usage, recompute_key
+from harness.orchestrate.proxy import Exchange, Limits, ProxyServer, Usage, recompute_key
 from harness.orchestrate.replay import Journal
 
 from .fake_model_server import FakeModelServer
-from .proxy_helpers import ANT_KEY, OAI_KEY, SHAPES, body_of, call, make_proxy
+from .proxy_helpers import ANT_KEY, OAI_KEY, SHAPES, allow_list, body_of, call, make_proxy
 
 USAGE = {
     ("anthropic", False): Usage(None, 5, 3, 0),
@@ -226,4 +226,43 @@ def test_an_upstream_error_status_is_passed_through_and_not_journaled(
     assert status == 429 and json.loads(data)["error"]["type"] == "api_error"
     (record,) = proxy.exchanges()
     assert (record.status, record.journaled, record.source) == (429, False, "live")
+    assert len(Journal(tmp_path / "j", "replay")) == 0
+
+
+def test_an_exchange_is_reported_only_once_its_answer_is_durable(
+    fake: FakeModelServer, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, bool]] = []
+
+    def observe(exchange: Exchange) -> None:  # what the runtime will turn into model.call
+        entry = Journal(tmp_path / "j", "replay").entry(exchange.key or "")
+        seen.append((exchange.source or "", entry is not None))
+
+    journal = Journal(tmp_path / "j", "live")
+    with ProxyServer(allow_list(fake.base), journal, on_exchange=observe) as proxy:
+        for shape in sorted(SHAPES):
+            assert call(proxy.port, SHAPES[shape][1], body_of(shape, True))[0] == 200
+    assert seen == [("live", True)] * len(SHAPES)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_an_answer_over_the_response_cap_is_cut_and_never_journaled(
+    fake: FakeModelServer, tmp_path: Path, stream: bool
+) -> None:
+    limits = Limits(max_response=300)
+    with make_proxy(fake.base, tmp_path / "j", limits=limits) as proxy:
+        connection = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=20)
+        body = json.dumps(body_of("anthropic", stream)).encode()
+        connection.request("POST", SHAPES["anthropic"][1], body=body)
+        response = connection.getresponse()
+        if stream:  # the stream started, then stops short of its end
+            assert response.status == 200
+            with pytest.raises(http.client.IncompleteRead):
+                response.read()
+        else:
+            assert response.status == 502
+            assert "300-byte cap" in json.loads(response.read())["error"]["message"]
+        connection.close()
+    (record,) = proxy.exchanges()
+    assert (record.outcome, record.journaled) == ("error", False)
     assert len(Journal(tmp_path / "j", "replay")) == 0
