@@ -19,7 +19,7 @@ Usage is read from the recorded response bytes after the exchange, never from th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from harness.verify.canonical import jcs_bytes, parse_strict_json
@@ -105,7 +105,6 @@ class Exchange:
     dropped_credentials: tuple[str, ...] = ()
     reason: str | None = None
     response_bytes: int = 0
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def api_of(family: Family, path: str) -> Api:
