@@ -352,3 +352,28 @@ def test_action_pins_by_commit_uses_its_own_venv_and_has_outputs(
     assert done.returncode == 2
     got = dict(line.split("=", 1) for line in outputs.read_text().splitlines())
     assert got == {"exit-code": "2", "passed": "false"}
+
+
+STARTUP_PROBE = """
+import sys
+from harness.verify.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+heavy = ("harness.verify.bundle", "harness.verify.policy", "typer.rich_utils", "rich.console")
+print("loaded:", *(m for m in heavy if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_no_checks_and_no_rich(flag: str, tmp_path: Path) -> None:
+    # start-up: --help and --version load neither the checks nor the trust policy (and its
+    # cryptography) nor rich's help formatter; the command that needs them imports them
+    done = subprocess.run(
+        [sys.executable, "-c", STARTUP_PROBE, flag], capture_output=True, text=True, cwd=tmp_path
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines and lines[-1] == "loaded:", done.stdout + done.stderr
+    if flag == "--version":
+        assert lines[0] == f"harness-verify {__version__}"

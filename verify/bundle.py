@@ -32,7 +32,6 @@ import io
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import IO, BinaryIO, Final
 
@@ -100,6 +99,7 @@ from .storecheck import (
     iter_store_lines,
     verify_store,
 )
+from .version import verifier_version
 
 VERIFY_ORDER: Final = FOLD_ORDER
 """Audit before lineage (which tasks merged decides which writes are final artifacts); the
@@ -107,13 +107,6 @@ archive's sorted order (audit, control, events, lineage, replay) satisfies it.""
 
 Progress = Callable[[str, int], None]
 KeepMember = Callable[[str], bool]
-
-
-def verifier_version() -> str:
-    try:
-        return metadata.version("harness-verify")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 @dataclass(frozen=True)
