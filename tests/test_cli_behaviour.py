@@ -377,3 +377,17 @@ def test_help_and_version_import_no_checks_and_no_rich(flag: str, tmp_path: Path
     assert lines and lines[-1] == "loaded:", done.stdout + done.stderr
     if flag == "--version":
         assert lines[0] == f"harness-verify {__version__}"
+
+
+@pytest.mark.parametrize("command", ["receipt", "pack"])
+def test_receipt_and_pack_offer_only_the_formats_they_write(command: str, tmp_path: Path) -> None:
+    # their --help advertised junit and sarif, which they then refused without naming --format
+    shown = verifier(command, "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and "--format <text|json>" in shown.stdout, shown.stdout
+    for fmt in ("junit", "sarif"):
+        args = [command, tmp_path / "x.json", "--format", fmt]
+        done = verifier(*args, *(["--artifact", "x"] if command == "receipt" else []), cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+        assert "'--format'" in done.stderr, done.stderr
+        assert f"'{fmt}' is not one of 'text', 'json'" in done.stderr
+        assert "Traceback" not in done.stderr

@@ -52,6 +52,15 @@ class Format(StrEnum):
     SARIF = "sarif"
 
 
+class TextOrJson(StrEnum):
+    """The formats of ``receipt`` and ``pack``: one document each, no per-check results a
+    JUnit or SARIF consumer could place, so --help offers only these and others are refused
+    as a usage error (one stderr line, exit 2), like every other bad option value."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
 RequireSandbox = Annotated[
     bool,
     typer.Option(
@@ -322,12 +331,10 @@ def receipt_command(
         typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
     ] = None,
     policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.TEXT,
+    fmt: Annotated[TextOrJson, typer.Option("--format", help="text or json.")] = TextOrJson.TEXT,
 ) -> None:
     """Verify one artifact receipt against one file: digest, record, inclusion proof, signed
     checkpoint, COSE receipt, and whether the signer is pinned. What a CI step runs per file."""
-    if fmt not in (Format.TEXT, Format.JSON):
-        raise typer.BadParameter("receipt reports are text or json")
     from .policy import PolicyError, resolve_policy
 
     try:
@@ -341,7 +348,7 @@ def receipt_command(
     outcome = check_receipt_file(receipt, artifact, wanted, pins)
     from .output import write_stdout
 
-    if fmt is Format.JSON:
+    if fmt is TextOrJson.JSON:
         write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
     else:
         write_stdout(outcome.to_text() + "\n")
@@ -468,7 +475,7 @@ def pack_command(
         typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
     ] = None,
     policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
-    fmt: Annotated[Format, typer.Option("--format", help="text or json.")] = Format.TEXT,
+    fmt: Annotated[TextOrJson, typer.Option("--format", help="text or json.")] = TextOrJson.TEXT,
 ) -> None:
     """Verify an EU AI Act Art. 12 pack: the signed pack manifest, every file's digest (and no
     unlisted file), the bundle in full, and that report.json agrees with the verified bundle."""
@@ -476,8 +483,6 @@ def pack_command(
     from .packcheck import check_pack
     from .policy import PolicyError, resolve_policy
 
-    if fmt not in (Format.TEXT, Format.JSON):
-        raise typer.BadParameter("pack reports are text or json")
     try:
         pins = resolve_policy(trusted_key or [], policy, Path.cwd())
     except PolicyError as exc:
@@ -487,7 +492,7 @@ def pack_command(
         typer.echo(f"error: {textsafe.text(pack)}: no such file or folder", err=True)
         raise typer.Exit(ExitCode.UNREADABLE)
     outcome = check_pack(pack, pins)
-    if fmt is Format.JSON:
+    if fmt is TextOrJson.JSON:
         write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
     else:
         write_stdout(outcome.to_text())
