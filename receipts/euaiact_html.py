@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
+from harness.verify.packcheck import PACK_SIG
+
 from .euaiact_control import trend_svg
 from .euaiact_svg import BAD_STATES, timeline_svg
 from .euaiact_text import (
@@ -497,6 +499,12 @@ def render_readme(report: dict[str, Any]) -> str:
         f"  {REPORT_JSON}          the report (schemas/eu-ai-act-report.schema.json)",
         f"  {REPORT_HTML}          the same report, self-contained, for reading",
         f"  {PACK_MANIFEST}   SHA-256 of every other file",
+        f"  {PACK_SIG}    {PACK_MANIFEST} signed with the bundle's key (same note format)",
+        f"  {verification['wheel']}    the verifier that wrote {VERIFICATION_NAME}",
+    ]
+    if any("--find-links wheelhouse" in command for command in verification["commands"]):
+        lines.append("  wheelhouse/          its dependency wheels, for a fully offline install")
+    lines += [
         "",
         "Verify offline (no network needed once harness-verify is installed):",
         "",

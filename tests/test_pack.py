@@ -271,6 +271,18 @@ def test_readme_never_installs_from_an_index(good: Path) -> None:
     assert "pipx run harness-verify" not in (good / "report.json").read_text("utf-8")
 
 
+def _listed_files(readme: str) -> list[str]:
+    """The first word of each line of the README's "Files:" section."""
+    section = readme.split("\nFiles:\n", 1)[1].split("\n\n", 1)[0]
+    return [line.split()[0] for line in section.splitlines()]
+
+
+def test_readme_lists_every_file_of_the_pack(good: Path) -> None:
+    # it listed five: the verifier wheel and the manifest's signature were not named
+    listed = _listed_files((good / "README.txt").read_text("utf-8"))
+    assert sorted(listed) == sorted(p.name for p in good.iterdir() if p.name != "README.txt")
+
+
 @pytest.fixture(scope="module")
 def dependency_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The verifier's dependency wheels for this platform, fetched once from the package index
@@ -297,6 +309,7 @@ def test_readme_offline_install_works(
     done = _export(demo, out, "--wheelhouse", dependency_wheels)
     assert done.returncode == 0, done.stderr
     readme = (out / "README.txt").read_text("utf-8")
+    assert "wheelhouse/" in _listed_files(readme)
     commands = [
         line.strip().split()
         for line in readme.splitlines()
