@@ -379,7 +379,7 @@ def test_help_and_version_import_no_checks_and_no_rich(flag: str, tmp_path: Path
         assert lines[0] == f"harness-verify {__version__}"
 
 
-@pytest.mark.parametrize("command", ["receipt", "pack"])
+@pytest.mark.parametrize("command", ["pack"])
 def test_receipt_and_pack_offer_only_the_formats_they_write(command: str, tmp_path: Path) -> None:
     # their --help advertised junit and sarif, which they then refused without naming --format
     shown = verifier(command, "--help", cwd=tmp_path)
@@ -391,3 +391,14 @@ def test_receipt_and_pack_offer_only_the_formats_they_write(command: str, tmp_pa
         assert "'--format'" in done.stderr, done.stderr
         assert f"'{fmt}' is not one of 'text', 'json'" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_receipt_offers_the_ci_formats(tmp_path: Path) -> None:
+    # receipt is the per-file CI check: it writes junit and sarif as well (tested end to end
+    # in tests/test_receipts_flow.py); an unknown format is still a usage error
+    shown = verifier("receipt", "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and "--format <text|json|junit|sarif>" in shown.stdout
+    done = verifier(
+        "receipt", tmp_path / "x.json", "--artifact", "x", "--format", "xml", cwd=tmp_path
+    )
+    assert done.returncode == 2 and done.stdout == "" and "'--format'" in done.stderr

@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -324,3 +325,61 @@ def test_receipt_commands_end_to_end(tmp_path: Path) -> None:
     assert "changed after the agent wrote it" in edited.stdout
     missing = _cli(*verify[:-1], "src/none.py", "--trusted-key", keys.key_id, cwd=repo)
     assert missing.returncode == 4
+
+
+def _receipt_formats(verify: list[Any], key: list[Any], repo: Path) -> tuple[Any, ...]:
+    sarif = _cli(*verify, *key, "--format", "sarif", cwd=repo)
+    junit = _cli(*verify, *key, "--format", "junit", cwd=repo)
+    return sarif.returncode, json.loads(sarif.stdout), junit.returncode, ET.fromstring(junit.stdout)
+
+
+def test_receipt_sarif_and_junit_place_the_file(tmp_path: Path) -> None:
+    # the per-file CI check in the formats code scanning and test reports read: nothing to
+    # report when verified and pinned; a warning when the signer is not pinned; an error at
+    # the file's repository path (under %SRCROOT%) when it changed after the agent wrote it
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    state = tmp_path / "state"
+    assert (
+        _cli("harness.cli", "keys", "init", "--dir", state / "keys", cwd=tmp_path).returncode == 0
+    )
+    from harness.receipts.keys import load_keys
+
+    keys = load_keys(state / "keys")
+    _record(state, keys)
+    (repo / "src" / "app.py").write_bytes(CONTENT["src/app.py"])
+    wrote = _cli(
+        "harness.cli", "receipt", "src/app.py", "--state", state, "--out", tmp_path / "r.json",
+        cwd=repo,
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    verify: list[Any] = ["harness.verify.cli", "receipt", tmp_path / "r.json"]
+    verify += ["--artifact", "src/app.py"]
+    pinned = ["--trusted-key", keys.key_id]
+
+    code, sarif, jcode, suite = _receipt_formats(verify, pinned, repo)
+    assert code == jcode == 0
+    run = sarif["runs"][0]
+    assert sarif["version"] == "2.1.0" and run["results"] == []
+    assert run["tool"]["driver"]["rules"][0]["id"] == "receipt"
+    assert run["invocations"] == [{"executionSuccessful": True, "exitCode": 0}]
+    assert (suite.get("tests"), suite.get("failures")) == ("1", "0")
+    assert suite.find("testcase").get("name") == "src/app.py"
+
+    code, sarif, jcode, suite = _receipt_formats(verify, [], repo)
+    assert code == jcode == 3
+    [result] = sarif["runs"][0]["results"]
+    assert result["level"] == "warning" and "not pinned" in result["message"]["text"]
+    assert suite.get("failures") == "1"
+
+    (repo / "src" / "app.py").write_bytes(b"print('hand edit')\n")
+    code, sarif, jcode, suite = _receipt_formats(verify, pinned, repo)
+    assert code == jcode == 1
+    [result] = sarif["runs"][0]["results"]
+    assert result["level"] == "error" and result["ruleId"] == "receipt"
+    assert "changed after the agent wrote it" in result["message"]["text"]
+    location = result["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert location == {"uri": "src/app.py", "uriBaseId": "%SRCROOT%"}
+    assert "%SRCROOT%" in sarif["runs"][0]["originalUriBaseIds"]
+    failure = suite.find("testcase/failure")
+    assert failure is not None and "changed after the agent wrote it" in failure.get("message")

@@ -53,12 +53,22 @@ class Format(StrEnum):
 
 
 class TextOrJson(StrEnum):
-    """The formats of ``receipt`` and ``pack``: one document each, no per-check results a
-    JUnit or SARIF consumer could place, so --help offers only these and others are refused
-    as a usage error (one stderr line, exit 2), like every other bad option value."""
+    """The formats of ``pack``: one document, no per-check results a JUnit or SARIF consumer
+    could place, so --help offers only these and others are refused as a usage error (one
+    stderr line, exit 2), like every other bad option value."""
 
     TEXT = "text"
     JSON = "json"
+
+
+class ReceiptFormat(StrEnum):
+    """The formats of ``receipt``: the per-file check a CI step runs, so also JUnit (its test
+    report) and SARIF (code scanning, located at the file's repository path)."""
+
+    TEXT = "text"
+    JSON = "json"
+    JUNIT = "junit"
+    SARIF = "sarif"
 
 
 RequireSandbox = Annotated[
@@ -331,7 +341,9 @@ def receipt_command(
         typer.Option("--trusted-key", help="Pinned signer (as for bundle). Repeatable."),
     ] = None,
     policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
-    fmt: Annotated[TextOrJson, typer.Option("--format", help="text or json.")] = TextOrJson.TEXT,
+    fmt: Annotated[
+        ReceiptFormat, typer.Option("--format", help="Report format.")
+    ] = ReceiptFormat.TEXT,
 ) -> None:
     """Verify one artifact receipt against one file: digest, record, inclusion proof, signed
     checkpoint, COSE receipt, and whether the signer is pinned. What a CI step runs per file."""
@@ -348,8 +360,16 @@ def receipt_command(
     outcome = check_receipt_file(receipt, artifact, wanted, pins)
     from .output import write_stdout
 
-    if fmt is TextOrJson.JSON:
+    if fmt is ReceiptFormat.JSON:
         write_stdout(json.dumps(outcome.to_json(), indent=2, sort_keys=True) + "\n")
+    elif fmt is ReceiptFormat.SARIF:
+        from .receipt_render import render_receipt_sarif
+
+        write_stdout(render_receipt_sarif(outcome))
+    elif fmt is ReceiptFormat.JUNIT:
+        from .receipt_render import render_receipt_junit
+
+        write_stdout(render_receipt_junit(outcome))
     else:
         write_stdout(outcome.to_text() + "\n")
     raise typer.Exit(int(outcome.exit_code))
