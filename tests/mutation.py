@@ -115,6 +115,8 @@ TESTS: dict[str, list[str]] = {
     "verify/rules/configchain.py": CONTROL_RULE_TESTS,
     "verify/rules/controller.py": CONTROL_RULE_TESTS,
     "verify/rules/controlmodel.py": CONTROL_RULE_TESTS,
+    "verify/rules/keywindows.py": CONTROL_RULE_TESTS,
+    "verify/rules/readings.py": CONTROL_RULE_TESTS,
     "verify/rules/meta.py": ["tests/test_rules_meta.py", "tests/test_rules_control_survivors.py"],
     "receipts/euaiact_control.py": ["tests/test_control_runtime.py"],
 }

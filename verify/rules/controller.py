@@ -58,6 +58,8 @@ from .controlmodel import (
     step_of,
     subtree_of,
 )
+from .keywindows import AGENT, KeyWindows
+from .readings import ReadingMaker
 
 __all__ = [
     "MAX_AGGREGATE",
@@ -87,19 +89,9 @@ class _Agent:
     last_pace: int | None = None
 
 
-_AGENT: Final = "agent:"
 _FRESH: Final = cusum.CusumState()
-_MADE_BELOW: Final = 64
-"""Readings of values below this are made once per controller and shared (they are
-immutable); larger values (times, tokens, per-mille) are made each time, so the cache stays
-bounded whatever the input."""
-
 Tasks = Mapping[str, Sequence[tuple[str, Sequence[str]]]]
 """Per agent (role): its tasks' (adapter, tools)."""
-
-
-def _reading(sensor: str, tier: int, value: int, trigger: str | None) -> Reading:
-    return Reading(sensor, tier, value, sensors.anomalous(sensor, value), trigger)
 
 
 class Controller:
@@ -123,34 +115,16 @@ class Controller:
         self.document: dict[str, Any] = configchain.initial_document()
         self.sha256 = configchain.document_sha256(self.document)
         self.version = 1
-        self.windows: dict[str, list[tuple[bool, str | None, str]]] = {}
-        """Per key, its steps since its last decision (the last ``phases.MAX_WINDOW``):
-        (anomalous, class, agent)."""
-        self.sums: dict[str, list[int]] = {}
-        """Per key, the running sums of its window's bucket deltas, one longer than the
-        window (``bucket.window_level``): a level is one ``min``, never a fold."""
-        self.levels: dict[str, int] = {}
-        """The bucket level of each agent and subtree key after its last step (what the
-        next step's crossing test compares with), until the phase changes K."""
-        self.seen: dict[str, dict[str, int]] = {}
-        """Per agent key, how many steps of each anomaly class its last K steps hold."""
-        self.showing: dict[str, set[str]] = {}
-        self.reshown = False
-        """Whether ``showing`` may have changed since the aggregation last looked."""
-        """Per anomaly class, the agents whose last K steps hold it (the aggregation's
-        count, kept as windows change instead of recounted at every step)."""
         self._profile = self.profile
-        self.k = self._profile.window
-        """The phase's window K."""
+        self.keys = KeyWindows(self._profile.window)
+        """The I layer's per-key history (``keywindows``)."""
+        self.windows = self.keys.windows
+        self.sums = self.keys.sums
+        self.levels = self.keys.levels
+        self.seen = self.keys.seen
+        self.showing = self.keys.showing
         self._candidates_at: dict[tuple[int, str], dict[str, dict[str, Any] | None]] = {}
-        self._tier1_rows: dict[str, list[Reading | None]] = {
-            name: [None] * _MADE_BELOW for name in sensors.TIER1
-        }
-        """Per tier-1 sensor, its readings by value (below ``_MADE_BELOW``), made once."""
-        self._tier2_rows: dict[str, dict[str, list[Reading | None]]] = {
-            name: {} for name in sensors.TIER2
-        }
-        """Per tier-2 sensor and trigger, its readings by value, made once."""
+        self.maker = ReadingMaker()
         self.trends: dict[str, cusum.CusumState] = {}
         self.agents: dict[str, _Agent] = {}
         self.last_topology: int | None = None
@@ -204,9 +178,7 @@ class Controller:
         if name != self._phase:
             self._phase = name
             self._profile = phases.PROFILES[name]
-            self.k = self._profile.window
-            self.levels.clear()  # the window K is the phase's
-            self._recount()
+            self.keys.rewindow(self._profile.window)  # the window K is the phase's
 
     @property
     def profile(self) -> phases.Profile:
@@ -234,76 +206,19 @@ class Controller:
             found = self.agents[name] = _Agent()
         return found
 
+    @property
+    def k(self) -> int:
+        """The phase's window K."""
+        return self.keys.k
+
     def level(self, key: str) -> int:
         """The bucket level of ``key`` over its last K steps now (tenths; 0 right after its
         decision)."""
-        sums = self.sums.get(key)
-        return 0 if sums is None else bucket.window_level(sums, self.k)
+        return self.keys.level(key)
 
     def kinds(self, key: str) -> frozenset[str]:
         """The anomaly classes in agent key ``key``'s last K steps."""
-        return frozenset(self.seen.get(key, ()))
-
-    def _push(self, key: str, bad: bool, cls: str | None, agent: str, counted: bool) -> list[int]:
-        """Append one step to ``key``'s window (its sums, and for an agent key, ``counted``,
-        the classes of its last K steps); its sums."""
-        window = self.windows.get(key)
-        if window is None:
-            window = self.windows[key] = []
-            sums = self.sums[key] = [0]
-        else:
-            sums = self.sums[key]
-        if counted:
-            k = self.k
-            gone = window[-k][1] if len(window) >= k else None  # leaves the last K
-            if gone is not None or cls is not None:
-                seen = self.seen.get(key)
-                if seen is None:
-                    seen = self.seen[key] = {}
-                if gone is not None:
-                    self._count(seen, gone, agent, -1)
-                if cls is not None:
-                    self._count(seen, cls, agent, 1)
-        window.append((bad, cls, agent))
-        sums.append(sums[-1] + (bucket.ANOMALY if bad else -bucket.NORMAL))
-        if len(window) > phases.MAX_WINDOW:
-            del window[0]
-            del sums[0]
-        return sums
-
-    def _count(self, seen: dict[str, int], cls: str, agent: str, change: int) -> None:
-        self.reshown = True
-        left = seen.get(cls, 0) + change
-        if left:
-            seen[cls] = left
-            if left == 1 and change == 1:
-                self.showing.setdefault(cls, set()).add(agent)
-        else:
-            del seen[cls]
-            self.showing[cls].discard(agent)
-
-    def _recount(self) -> None:
-        """Recount every agent key's classes over the (new) last K steps."""
-        self.seen.clear()
-        self.showing.clear()
-        self.reshown = True
-        for key, window in self.windows.items():
-            if key.startswith(_AGENT):
-                agent, seen = key[len(_AGENT) :], self.seen.setdefault(key, {})
-                for _, cls, _ in window[-self.k :]:
-                    if cls is not None:
-                        self._count(seen, cls, agent, 1)
-
-    def _reset(self, key: str) -> None:
-        self.windows[key] = []
-        self.sums[key] = [0]
-        self.levels[key] = 0
-        seen = self.seen.pop(key, None)
-        if seen:
-            self.reshown = True
-            agent = key[len(_AGENT) :]
-            for cls in seen:
-                self.showing[cls].discard(agent)
+        return self.keys.kinds(key)
 
     def readings(self, step: Step) -> tuple[Reading, ...]:
         """The step's readings at the current phase: tier 1, then the tier-2 sensors the
@@ -311,54 +226,9 @@ class Controller:
         return self._read(step)[0]
 
     def _read(self, step: Step) -> tuple[tuple[Reading, ...], bool, list[Reading]]:
-        """``readings``, whether a tier-2 one is flagged, and the pace readings: what
-        ``observe`` needs of them, found while they are made."""
-        out = []
-        tier1, rows = step.tier1, self._tier1_rows
-        for name in sensors.TIER1:
-            if name in tier1:
-                value = tier1[name]
-                if 0 <= value < _MADE_BELOW:
-                    row = rows[name]
-                    reading = row[value]
-                    if reading is None:
-                        reading = row[value] = _reading(name, 1, value, None)
-                else:
-                    reading = _reading(name, 1, value, None)
-                out.append(reading)
-        measures = step.measures
-        pace = measures.get("pace_ms", 0)
         agent = self.agents.get(step.agent)
-        jumped = sensors.pace_jump(None if agent is None else agent.last_pace, pace)
-        active = sensors.activate(
-            self._profile.sensor_level,
-            failed=step.cls is not None,
-            jumped=jumped,
-            modules=measures.get("modules", 0),
-            shared=measures.get("contract", 0),
-            tokens_known="pace_tokens" in measures,
-        )
-        flagged = False
-        paced: list[Reading] = []
-        triggered = self._tier2_rows
-        for name, trigger in active.items():  # in TIER2 order
-            value = measures.get(name, 0)
-            if 0 <= value < _MADE_BELOW:
-                by_trigger = triggered[name]
-                line = by_trigger.get(trigger)
-                if line is None:
-                    line = by_trigger[trigger] = [None] * _MADE_BELOW
-                reading = line[value]
-                if reading is None:
-                    reading = line[value] = _reading(name, 2, value, trigger)
-            else:
-                reading = _reading(name, 2, value, trigger)
-            out.append(reading)
-            if reading.anomaly:
-                flagged = True
-            if name in sensors.PACE:
-                paced.append(reading)
-        return tuple(out), flagged, paced
+        last_pace = None if agent is None else agent.last_pace
+        return self.maker.read(step, self._profile.sensor_level, last_pace)
 
     def observe(self, step: Step, readings: Sequence[Reading] | None = None) -> Observed:
         """Advance by one step; ``readings`` as recorded (the verifier) or None (computed)."""
@@ -379,7 +249,7 @@ class Controller:
         if step.cls is not None:
             self.fires += 1
         self._buckets(step, number, anomalous, decisions, versions)
-        if step.cls is not None or (self.aggregated and self.reshown):
+        if step.cls is not None or (self.aggregated and self.keys.reshown):
             self._aggregate(step, number, decisions, versions)
         if paced:
             self._trends(step, number, paced, decisions, versions)
@@ -411,11 +281,11 @@ class Controller:
         versions: list[Version],
     ) -> None:
         threshold, k, levels = self.params.threshold, self.k, self.levels
-        for key, counted in ((_AGENT + step.agent, True), ("subtree:" + step.subtree, False)):
+        for key, counted in ((AGENT + step.agent, True), ("subtree:" + step.subtree, False)):
             before = levels.get(key)
             if before is None:
                 before = self.level(key)
-            sums = self._push(key, anomalous, step.cls, step.agent, counted)
+            sums = self.keys.push(key, anomalous, step.cls, step.agent, counted)
             after = levels[key] = bucket.window_level(sums, k)
             if not bucket.crossed(before, after, threshold):
                 continue
@@ -425,10 +295,10 @@ class Controller:
                 recent = self.windows[key][-self.k :]
                 if len({agent for bad, _, agent in recent if bad}) < 2:
                     # One agent's trouble: its own bucket answers it.
-                    self._reset(key)
+                    self.keys.reset(key)
                     continue
                 action, version = self._split(step, number), None
-            self._reset(key)
+            self.keys.reset(key)
             decisions.append(
                 Decision(number, "I", "bucket", key, after, threshold, step.cls, action, version)
             )
@@ -441,7 +311,7 @@ class Controller:
     ) -> None:
         """(``observe`` calls it when the step failed, or when a class is armed and the
         windows' classes changed since: else there is nothing to decide or re-arm.)"""
-        self.reshown = False
+        self.keys.reshown = False
         showing = self.showing
         need = self.params.aggregate_agents
         self.aggregated = {c for c in self.aggregated if len(showing.get(c, ())) >= need}
@@ -509,7 +379,7 @@ class Controller:
                     None,
                 )
                 action, version = self._switch(step, number, latest)
-                self._reset(agent_key)
+                self.keys.reset(agent_key)
             else:
                 action = strategy.WARN
             decisions.append(
@@ -548,7 +418,7 @@ class Controller:
         sensor, value = meta.selftest_probe(number, every)
         flagged = sensors.anomalous(sensor, value)
         key = meta.shadow_key(step.agent)
-        self._push(key, flagged, None, step.agent, False)
+        self.keys.push(key, flagged, None, step.agent, False)
         problem = meta.selftest_problem(
             sensor, value, flagged=flagged, keys=[key], agent=step.agent
         )
