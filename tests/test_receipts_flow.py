@@ -298,7 +298,9 @@ def _cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_receipt_commands_end_to_end(tmp_path: Path) -> None:
+def _receipt_on_disk(tmp_path: Path) -> tuple[Path, OperatorKeys, list[Any]]:
+    """A repository holding src/app.py as a recorded run wrote it, the operator keys (made by
+    ``harness keys init``), its receipt from ``harness receipt``, and the verify command."""
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
     state = tmp_path / "state"
@@ -314,7 +316,15 @@ def test_receipt_commands_end_to_end(tmp_path: Path) -> None:
         cwd=repo,
     )  # fmt: skip
     assert wrote.returncode == 0, wrote.stderr
-    verify = ["harness.verify.cli", "receipt", tmp_path / "r.json", "--artifact", "src/app.py"]
+    return (
+        repo,
+        keys,
+        ["harness.verify.cli", "receipt", tmp_path / "r.json", "--artifact", "src/app.py"],
+    )
+
+
+def test_receipt_commands_end_to_end(tmp_path: Path) -> None:
+    repo, keys, verify = _receipt_on_disk(tmp_path)
     ok = _cli(*verify, "--trusted-key", keys.key_id, "--format", "json", cwd=repo)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert json.loads(ok.stdout)["status"] == "verified"
@@ -337,24 +347,7 @@ def test_receipt_sarif_and_junit_place_the_file(tmp_path: Path) -> None:
     # the per-file CI check in the formats code scanning and test reports read: nothing to
     # report when verified and pinned; a warning when the signer is not pinned; an error at
     # the file's repository path (under %SRCROOT%) when it changed after the agent wrote it
-    repo = tmp_path / "repo"
-    (repo / "src").mkdir(parents=True)
-    state = tmp_path / "state"
-    assert (
-        _cli("harness.cli", "keys", "init", "--dir", state / "keys", cwd=tmp_path).returncode == 0
-    )
-    from harness.receipts.keys import load_keys
-
-    keys = load_keys(state / "keys")
-    _record(state, keys)
-    (repo / "src" / "app.py").write_bytes(CONTENT["src/app.py"])
-    wrote = _cli(
-        "harness.cli", "receipt", "src/app.py", "--state", state, "--out", tmp_path / "r.json",
-        cwd=repo,
-    )  # fmt: skip
-    assert wrote.returncode == 0, wrote.stderr
-    verify: list[Any] = ["harness.verify.cli", "receipt", tmp_path / "r.json"]
-    verify += ["--artifact", "src/app.py"]
+    repo, keys, verify = _receipt_on_disk(tmp_path)
     pinned = ["--trusted-key", keys.key_id]
 
     code, sarif, jcode, suite = _receipt_formats(verify, pinned, repo)
