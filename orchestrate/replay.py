@@ -30,17 +30,17 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import math
 import os
 import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from harness.verify.canonical import canonical_bytes, contains_float, jcs_bytes, parse_canonical
+from harness.verify.canonical import canonical_bytes, parse_canonical
 from harness.verify.errors import CanonicalEncodingError
+from harness.verify.modelkey import call_key as call_key  # noqa: PLC0414 (re-exported)
 
 INDEX_NAME: Final = "journal.jsonl"
 BLOBS_NAME: Final = "blobs"
@@ -69,50 +69,7 @@ class JournalIntegrityError(ReplayError):
 
 
 # ---- keys -----------------------------------------------------------------------------------
-
-
-def _plain(value: Any, where: str) -> Any:
-    """``value`` as plain JSON data (dict/list/str/int/float/bool/None); refuses the rest."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"parameter {where} is {value!r}: not a JSON number")
-        return value
-    if isinstance(value, Mapping):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"parameter {where} has a non-string key {key!r}")
-            out[key] = _plain(item, f"{where}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_plain(item, f"{where}[{index}]") for index, item in enumerate(value)]
-    raise ValueError(f"parameter {where} is a {type(value).__name__}, not JSON data")
-
-
-def call_key(adapter: str, model: str, request: str, parameters: Mapping[str, object]) -> str:
-    """The journal key of a model call: hex SHA-256 of the canonical JSON of all its inputs.
-
-    ``parameters`` must hold every setting that changes the answer (see the module docstring).
-    Integer-only values use the project's canonical form (``canonical_bytes``); values with
-    floats (temperature, top-p) the RFC 8785 serializer, whose number form is the same for
-    integers, so the two agree wherever both apply.
-    """
-    for name, text in (("adapter", adapter), ("model", model), ("request", request)):
-        if not isinstance(text, str):
-            raise ValueError(f"{name} must be a string")
-    document = {
-        "adapter": adapter,
-        "model": model,
-        "request": request,
-        "parameters": _plain(parameters, "parameters"),
-    }
-    try:
-        data = jcs_bytes(document) if contains_float(document) else canonical_bytes(document)
-    except CanonicalEncodingError as exc:
-        raise ValueError(f"call parameters have no canonical form: {exc}") from None
-    return hashlib.sha256(data).hexdigest()
+# ``call_key`` lives in ``harness.verify.modelkey`` (the verifier recomputes keys); re-exported.
 
 
 def text_sha256(text: str) -> str:

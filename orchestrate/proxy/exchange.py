@@ -1,15 +1,16 @@
 """One proxied exchange: its replay key, the usage the API reported, and its record.
 
-The replay key is the journal's ``call_key`` (``orchestrate/replay.py``) of
+The replay key is ``harness.verify.modelkey.exchange_key`` (the verifier recomputes it with
+the same function): the journal's ``call_key`` of
 
 * ``adapter``: the upstream's API family (``anthropic`` / ``openai``),
 * ``model``: the body's ``model`` member (``-`` when it has none),
 * ``request``: the RFC 8785 canonical JSON of the request body *without* the family's
-  unkeyed members (``UNKEYED_MEMBERS``: tracking and cache hints, which never change the
+  unkeyed members (``modelkey.UNKEYED_MEMBERS``: tracking and cache hints, which never change the
   answer but change per session, such as Claude Code's ``metadata.user_id``),
 * ``parameters``: ``{"method", "path", "stream", "headers"}``: the HTTP method, the upstream
   path with its query, whether the body asked for a stream (``"stream": true``: the bytes
-  differ), and the family's answer-changing headers (``KEY_HEADERS``) as sent, names
+  differ), and the family's answer-changing headers (``modelkey.KEY_HEADERS``) as sent, names
   lowercased, absent ones left out.
 
 so the verifier recomputes it from the request blob and the record (docs/spec/proxy.md §4).
@@ -22,15 +23,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from harness.verify.canonical import jcs_bytes, parse_strict_json
-from harness.verify.errors import CanonicalEncodingError
+from harness.verify.modelkey import Api, ModelKeyError, api_of, exchange_key, recompute_exchange_key
 
-from ..replay import call_key
-from .upstream import KEY_HEADERS, UNKEYED_MEMBERS, Family
+from .upstream import Family
 
 Source = Literal["live", "journal", "live-miss"]
 Outcome = Literal["answered", "refused", "replay-miss", "error"]
-Api = Literal["anthropic-messages", "openai-chat", "openai-responses", "other"]
 
 _MAX_TOKENS: Final = 2**53 - 1
 
@@ -107,72 +105,34 @@ class Exchange:
     response_bytes: int = 0
 
 
-def api_of(family: Family, path: str) -> Api:
-    bare = path.partition("?")[0].rstrip("/")
-    if family == "anthropic" and bare.endswith("/messages"):
-        return "anthropic-messages"
-    if family == "openai" and bare.endswith("/chat/completions"):
-        return "openai-chat"
-    if family == "openai" and bare.endswith("/responses"):
-        return "openai-responses"
-    return "other"
-
-
 def keyed_request(
     family: Family, method: str, path: str, headers: dict[str, str], body: bytes
 ) -> KeyedRequest:
-    """Parse the body (strict JSON object, or empty for GET) and compute the replay key."""
-    document: dict[str, Any]
-    if body:
-        try:
-            value = parse_strict_json(body, allow_floats=True)
-        except CanonicalEncodingError as exc:
-            raise BadRequestError(f"request body is not strict JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise BadRequestError("request body must be a JSON object")
-        document = value
-    elif method == "GET":
-        document = {}
-    else:
-        raise BadRequestError("request body is empty")
-    model = document.get("model")
-    model_name = model if isinstance(model, str) and model else "-"
-    stream = document.get("stream") is True
-    kept = {name: item for name, item in document.items() if name not in UNKEYED_MEMBERS[family]}
+    """Parse the body (strict JSON object, or empty for GET) and compute the replay key.
+
+    The key is ``harness.verify.modelkey.exchange_key``: the verifier recomputes the same.
+    """
     try:
-        keyed_body = jcs_bytes(kept).decode("utf-8")
-    except CanonicalEncodingError as exc:
-        raise BadRequestError(f"request body has no canonical form: {exc}") from None
-    key_headers = {name: headers[name] for name in KEY_HEADERS[family] if name in headers}
-    parameters: dict[str, object] = {
-        "method": method,
-        "path": path,
-        "stream": stream,
-        "headers": key_headers,
-    }
-    key = call_key(family, model_name, keyed_body, parameters)
+        found = exchange_key(family, body, method, path, headers)
+    except ModelKeyError as exc:
+        raise BadRequestError(str(exc)) from None
     return KeyedRequest(
-        key=key,
+        key=found.key,
         family=family,
         api=api_of(family, path),
-        model=model_name,
-        stream=stream,
-        parameters=parameters,
-        keyed_body=keyed_body,
+        model=found.model,
+        stream=found.stream,
+        parameters=found.parameters,
+        keyed_body=found.keyed_body,
     )
 
 
 def recompute_key(family: Family, request_body: bytes, parameters: dict[str, Any]) -> str:
     """The key of a recorded exchange, from its request blob and recorded parameters."""
-    headers = parameters.get("headers")
-    if not isinstance(headers, dict):
-        raise BadRequestError("parameters.headers must be an object")
-    again = keyed_request(
-        family, str(parameters.get("method")), str(parameters.get("path")), headers, request_body
-    )
-    if again.parameters != parameters:
-        raise BadRequestError("recorded parameters do not match the request body")
-    return again.key
+    try:
+        return recompute_exchange_key(family, request_body, parameters)
+    except ModelKeyError as exc:
+        raise BadRequestError(str(exc)) from None
 
 
 # ---- usage ----------------------------------------------------------------------------------

@@ -45,16 +45,8 @@ _NOT_FORWARDED: Final = frozenset(
         "expect",
     }
 )
-# Request headers that change the answer, per family: part of the replay key.
-KEY_HEADERS: Final[dict[Family, tuple[str, ...]]] = {
-    "anthropic": ("anthropic-version", "anthropic-beta"),
-    "openai": ("openai-beta",),
-}
-# Body members that never change the answer (tracking, caching hints): left out of the key.
-UNKEYED_MEMBERS: Final[dict[Family, tuple[str, ...]]] = {
-    "anthropic": ("metadata",),
-    "openai": ("user", "metadata", "prompt_cache_key", "safety_identifier", "store"),
-}
+# The replay key's headers and unkeyed body members: harness.verify.modelkey (shared with
+# the verifier, which recomputes every key).
 
 
 @dataclass(frozen=True)
