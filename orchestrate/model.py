@@ -14,6 +14,8 @@ from harness.verify.fsm import TaskState
 from harness.verify.rules.budget import Limits
 from harness.verify.rules.controller import Params
 
+from .modelroutes import ModelRoute
+
 NO_BUDGET = Limits()
 """No limit on any resource (the default budget of a task, a role and the run)."""
 
@@ -105,6 +107,9 @@ class TaskSpec:
     """For the scripted adapter: the edits it makes instead of ``edits`` when its agent's
     prompt template is the key (``focused``, ``stepwise``): a stand-in for an agent that
     does better once the I layer changed its strategy."""
+    models: tuple[str, ...] | None = None
+    """The model routes its (proxied) adapter may reach, narrowing the adapter's defaults
+    (``harness.orchestrate.modelroutes``); None: the adapter's."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,8 @@ class CommandSpec:
     """Environment variable names it may get (only with network egress), e.g. an API key."""
     model: str | None = None
     """Default for the ``{model}`` placeholder."""
+    models: tuple[str, ...] | None = None
+    """Model routes: set, the adapter is proxied and reaches these (``modelroutes``)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +182,8 @@ class Plan:
     control: Mapping[str, Any] = field(default_factory=lambda: Params().record())
     """``[plan.control]`` with every default filled in (``harness.verify.rules.controller``:
     bucket threshold, CUSUM, aggregation, rate window, phase bounds)."""
+    models: Mapping[str, ModelRoute] = field(default_factory=dict)
+    """The plan's ``[models.<route>]`` upstreams, sorted by route (built-ins fill the rest)."""
 
     def attempts_for(self, task: TaskSpec) -> int:
         """The attempt limit that applies to ``task`` (its own, else the plan's)."""

@@ -107,6 +107,7 @@ from harness.verify.rules.controller import Params, parse_params
 from harness.verify.rules.scope import check_rel_path, check_time, in_scope
 
 from .model import NO_BUDGET, CapsuleSpec, CommandSpec, Edit, Gate, Plan, TaskSpec
+from .modelroutes import check_task_models, parse_models, parse_route_list
 from .planfields import (
     _ADAPTER_KEYS,
     _CAPSULE_KEYS,
@@ -250,6 +251,7 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
     if "usage_tokens" in table:
         usage_tokens = _int(table["usage_tokens"], sub("usage_tokens"), 0, SAFE_INT)
     strategy_edits = _strategy_edits(table.get("strategy_edits"), sub("strategy_edits"), scope)
+    models = parse_route_list(table["models"], sub("models")) if "models" in table else None
 
     rounds = None
     if "rounds" in table:
@@ -282,6 +284,7 @@ def _parse_task(value: object, key: str, order: int) -> TaskSpec:
         requirements=requirements,
         strategy_edits=strategy_edits,
         usage_tokens=usage_tokens,
+        models=models,
     )
 
 
@@ -409,7 +412,10 @@ def _parse_commands(value: object) -> dict[str, CommandSpec]:
         argv = tuple(_str(item, f"{_join(key, 'command')}[{i}]") for i, item in enumerate(command))
         env = _unique_strs(table.get("env", []), _join(key, "env"), _env_name)
         model = _str(table["model"], _join(key, "model")) if "model" in table else None
-        out[name] = CommandSpec(name=name, command=argv, env=env, model=model)
+        routes = None
+        if "models" in table:
+            routes = parse_route_list(table["models"], _join(key, "models"))
+        out[name] = CommandSpec(name=name, command=argv, env=env, model=model, models=routes)
     return dict(sorted(out.items()))
 
 
@@ -448,6 +454,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
     control = _parse_control(head["control"]) if "control" in head else Params().record()
     capsule = _parse_capsule(root["capsule"]) if "capsule" in root else None
     commands = _parse_commands(root["adapter"]) if "adapter" in root else {}
+    models = parse_models(root["models"]) if "models" in root else {}
 
     task_items = root.get("task", [])
     if not isinstance(task_items, list | tuple):
@@ -479,6 +486,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
     for role in role_budgets:
         if role not in roles:
             raise PlanError(_join("plan.budget.role", role), f"no task has role {role!r}")
+    check_task_models(tasks, models, commands, None)
 
     return Plan(
         name=name,
@@ -498,6 +506,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
         role_budgets=role_budgets,
         review_wait_s=review_wait_s,
         control=control,
+        models=models,
     )
 
 

@@ -30,8 +30,8 @@ CAPSULE_ACTIONS: Final = ("edit", "delete", "gate", "merge")
 MCP_PREFIX: Final = "mcp:"
 _BARE_KEY_RE: Final = re.compile(r"[A-Za-z0-9_-]+")
 
-_TOP_KEYS: Final = ("plan", "capsule", "adapter", "task")
-_ADAPTER_KEYS: Final = ("command", "env", "model")
+_TOP_KEYS: Final = ("plan", "capsule", "adapter", "models", "task")
+_ADAPTER_KEYS: Final = ("command", "env", "model", "models")
 BUILTIN_ADAPTERS: Final = frozenset(
     {"scripted", "claude", "codex", "gemini", "aider", "goose", "opencode"}
 )
@@ -86,6 +86,7 @@ _TASK_KEYS: Final = (
     "requirements",
     "strategy_edits",
     "usage_tokens",
+    "models",
 )
 _ROUNDS_KEYS: Final = (
     "max_rounds",

@@ -245,7 +245,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
     (
         "unknown-top",
         _set("tasks", []),
-        "tasks: unknown key (allowed: plan, capsule, adapter, task)",
+        "tasks: unknown key (allowed: plan, capsule, adapter, models, task)",
         True,
     ),
     (
@@ -265,7 +265,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
         _set("task.0.promt", "x"),
         "task[0].promt: unknown key (allowed: id, role, prompt, priority, adapter, scope, "
         "depends, tools, timeout_s, model, gates, edits, budget, max_attempts, idle_s, rounds, "
-        "requirements, strategy_edits, usage_tokens)",
+        "requirements, strategy_edits, usage_tokens, models)",
         True,
     ),
     (
