@@ -445,7 +445,7 @@ def test_under_takes_risk_and_denial_from_the_matrix_and_sandbox() -> None:
     from harness.orchestrate.capabilities import DEFAULT_MATRIX
     from harness.verify.rules import trifecta
 
-    sandbox = {"kind": "bwrap", "network": False, "private_mounts": True}
+    sandbox = {"kind": "bwrap", "network": False, "private_mounts": True, "egress": []}
     c = Controller.under(Params(), {"a": [("claude", ["edit"])]}, DEFAULT_MATRIX, sandbox)
     for tool in ("edit", "web", "secrets", "mcp:x"):
         assert c.risky(tool) is bool(trifecta.tool_tags(DEFAULT_MATRIX, tool))

@@ -302,15 +302,30 @@ def test_trifecta_recomputed() -> None:
     _check([lowered, *ran[1:5], spawn("t2", sandbox=sandbox)])  # same sandbox: allowed
 
 
+ROUTE = {
+    "route": "anthropic",
+    "family": "anthropic",
+    "scheme": "https",
+    "host": "api.anthropic.com",
+    "port": 443,
+    "path_prefix": "/v1/",
+    "credential": True,
+}
+
+
 def test_sandbox_lowering_is_physics() -> None:
     matrix = trifecta.matrix_from_object({"adapters": {}, "mcp": {}, "tools": {}})
     for sandbox, denied in [
         (None, True),
         ({"kind": "none", "network": False, "private_mounts": False}, True),
         ({"kind": "bwrap", "network": True, "private_mounts": True}, True),
-        ({"kind": "bwrap", "network": False, "private_mounts": True}, False),
+        ({"kind": "bwrap", "network": False, "private_mounts": True, "egress": []}, False),
         ({"kind": "bwrap", "network": True, "private_mounts": False}, False),
         ({"kind": "bwrap", "network": 0, "private_mounts": 0}, True),  # not booleans: no claim
+        # decision 0048: a proxied agent still talks out through its allow-list
+        ({"kind": "bwrap", "network": False, "private_mounts": True, "egress": [ROUTE]}, True),
+        ({"kind": "bwrap", "network": False, "private_mounts": True}, True),  # no egress: no claim
+        ({"kind": "bwrap", "network": False, "private_mounts": True, "egress": {}}, True),
     ]:
         assert trifecta.decide(matrix, "claude", (), sandbox).denied is denied, sandbox
     web = trifecta.decide(matrix, "claude", ("web", "secrets"), {"kind": "bwrap",

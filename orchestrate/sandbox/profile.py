@@ -12,6 +12,10 @@ what they guarantee, docs/spec/runtime.md §14):
 * ``private_mounts``: some mount exposes the operator's home folder, the state folder or a key
   file (a mount whose source is one of them or one of their ancestors, or no sandbox at all);
 * ``opt_out``: the operator explicitly chose to run without a sandbox.
+
+``egress`` is the model proxy's allow-list (issue 18): where the process can still reach
+through the proxy; the trifecta lowers ``external_comm`` only when ``network`` is false and
+``egress`` is empty.
 """
 
 from __future__ import annotations
@@ -92,10 +96,14 @@ class Profile:
     """For kind none: why there is no sandbox (opt-out, no bwrap, no namespaces)."""
     options: tuple[str, ...] = field(default=())
     """Further bubblewrap options in force (die-with-parent, new-session)."""
+    egress: tuple[dict[str, Any], ...] = ()
+    """The model proxy's allow-list for this process (``AllowList.describe()`` items, sorted
+    by route; empty when not proxied). ``network`` stays what the process can open itself."""
 
     def to_json(self) -> dict[str, Any]:
         """The record member: integers, strings, booleans, lists and objects only."""
         return {
+            "egress": [dict(item) for item in self.egress],
             "env": list(self.env),
             "home": self.home,
             "interpreters": list(self.interpreters),

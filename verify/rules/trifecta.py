@@ -6,9 +6,11 @@ attacker-controllable content into the agent) and ``external_comm`` (it can send
 A name the matrix does not list has all three. The task is **denied iff the union of the
 chain's tags holds all three**.
 
-Tags are lowered only by physics, never by say-so (decision 0018, replacing 0014): the
-*adapter's* ``external_comm`` is dropped only when the sandbox profile the agent runs in has
-``network`` false, and its ``private_data`` only when the profile has ``private_mounts``
+Tags are lowered only by physics, never by say-so (decision 0018, replacing 0014; 0048 for
+the proxy): the *adapter's* ``external_comm`` is dropped only when the sandbox profile the
+agent runs in has ``network`` false **and** an empty ``egress`` (no model proxy: a proxied
+agent can still send data out through its allow-list, so a missing or non-empty ``egress``
+lowers nothing), and its ``private_data`` only when the profile has ``private_mounts``
 false; a profile whose ``kind`` is missing or ``"none"`` (no sandbox), or an absent profile,
 lowers nothing. Tools keep their tags: what a tool is, not where it runs, decides them.
 
@@ -116,7 +118,8 @@ def guarantees(sandbox: Mapping[str, Any] | None) -> frozenset[str]:
     if type(kind) is not str or not kind or kind == "none":
         return frozenset()
     out = set()
-    if sandbox.get("network") is False:
+    egress = sandbox.get("egress")
+    if sandbox.get("network") is False and type(egress) is list and not egress:
         out.add(EXTERNAL_COMM)
     if sandbox.get("private_mounts") is False:
         out.add(PRIVATE_DATA)
