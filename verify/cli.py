@@ -29,7 +29,7 @@ EXIT_CODES_HELP: Final = (
     "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
     "input."
 )
-SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate", "pack"})
+SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate", "pack", "sigstore"})
 ROOT_OPTIONS: Final = frozenset({"--help", "-h", "--version", "-v"})
 
 app = typer.Typer(
@@ -471,6 +471,17 @@ def gate_command(
 
         write_stdout(document)
     raise typer.Exit(int(report.exit_code))
+
+
+# harness-verify sigstore FILE --bundle ...: the command lives in its own module (it needs the
+# optional sigstore package, imported only when it runs)
+from .sigstore_cli import SIGSTORE_EXIT_HELP, sigstore_command  # noqa: E402
+
+app.command(
+    "sigstore",
+    epilog=SIGSTORE_EXIT_HELP,
+    short_help="Verify a Sigstore bundle for a file, offline, against a trusted root.",
+)(sigstore_command)
 
 
 def _print_version(value: bool) -> None:

@@ -1,0 +1,185 @@
+"""``harness-verify sigstore FILE --bundle F.sigstore.json ...``: one Sigstore bundle, offline.
+
+Registered on the verifier's command line by ``cli.py``; this module is imported at start-up,
+so it imports only typer and our light modules. ``sigstore`` (the optional extra) is imported
+when the command runs; without it the command says how to install it and exits 2, and every
+other command is unaffected.
+
+Exit codes are the verifier's (docs/spec/verifier.md §1): 0 verified and the identity pinned,
+1 invalid (any integrity check failed), 2 usage (flags, the trusted root, a missing extra),
+3 integrity verified but the identity or issuer not the pinned one, 4 unreadable (not a
+Sigstore bundle, an unknown media type, a file that cannot be read).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Final
+
+import typer
+
+from . import textsafe
+from .report import ExitCode
+from .sigstore_identity import (
+    EXTRA_MISSING,
+    IdentityError,
+    IdentityPin,
+    check_trusted_root_bytes,
+    identity_pin,
+)
+
+SIGSTORE_EXIT_HELP: Final = (
+    "Exit codes: 0 verified and the identity pinned; 1 invalid (signature, certificate, SCT, "
+    "log entry, artifact); 2 usage error (flags, trusted root, the sigstore extra missing); "
+    "3 verified but identity or issuer not pinned; 4 unreadable or unsupported bundle."
+)
+MAX_ARTIFACT_BYTES: Final = 1 << 40
+_DIGEST = re.compile(r"sha256:([0-9a-fA-F]{64})")
+
+
+class SigstoreFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    JUNIT = "junit"
+    SARIF = "sarif"
+
+
+def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(int(code))
+
+
+def _read(path: Path, limit: int, what: str) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise _fail(f"cannot read {what} {textsafe.text(path)}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise _fail(f"{what} {textsafe.text(path)} is larger than {limit} bytes")
+    return data
+
+
+def identity_pins(
+    identity: str | None, identity_regex: str | None, issuer: str | None
+) -> list[IdentityPin]:
+    """The pins the identity flags give (none when no flag is given); exit 2 when they are
+    incomplete or malformed. Shared by ``sigstore``, ``bundle`` and ``gate``."""
+    if identity is None and identity_regex is None and issuer is None:
+        return []
+    if identity is not None and identity_regex is not None:
+        raise _fail("give --cert-identity or --cert-identity-regex, not both")
+    if issuer is None or (identity is None and identity_regex is None):
+        raise _fail(
+            "an identity pin needs both --cert-identity (or --cert-identity-regex) and "
+            "--cert-oidc-issuer"
+        )
+    try:
+        if identity_regex is not None:
+            return [identity_pin(identity_regex, issuer, regex=True)]
+        return [identity_pin(identity, issuer)]
+    except IdentityError as exc:
+        raise _fail(textsafe.text(exc)) from None
+
+
+def _digest_of(artifact: str) -> tuple[bytes, str]:
+    """``sha256:<hex>`` names a digest (as the ``sigstore`` CLI accepts); anything else is a
+    file, hashed as a stream."""
+    match = _DIGEST.fullmatch(artifact)
+    if match is not None:
+        return bytes.fromhex(match.group(1)), artifact.lower()
+    path = Path(artifact)
+    digest = hashlib.sha256()
+    total = 0
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_ARTIFACT_BYTES:
+                    raise _fail(f"{textsafe.text(path)} is larger than 1 TiB", ExitCode.UNREADABLE)
+                digest.update(chunk)
+    except OSError as exc:
+        raise _fail(
+            f"cannot read {textsafe.text(path)}: {exc.strerror}", ExitCode.UNREADABLE
+        ) from None
+    return digest.digest(), artifact
+
+
+def sigstore_command(
+    artifact: Annotated[
+        str,
+        typer.Argument(
+            help="The signed file, or sha256:<64 hex> for its digest", show_default=False
+        ),
+    ],
+    bundle: Annotated[
+        Path, typer.Option("--bundle", help="The Sigstore bundle (.sigstore.json) for FILE.")
+    ],
+    trusted_root: Annotated[
+        Path,
+        typer.Option(
+            "--trusted-root",
+            help="trusted_root.json of the Sigstore instance (no TUF, nothing fetched).",
+        ),
+    ],
+    cert_identity: Annotated[
+        str | None,
+        typer.Option(
+            "--cert-identity", help="Expected certificate identity (SAN), matched exactly."
+        ),
+    ] = None,
+    cert_identity_regex: Annotated[
+        str | None,
+        typer.Option(
+            "--cert-identity-regex",
+            help="Expected identity as a regular expression over the whole SAN (explicit).",
+        ),
+    ] = None,
+    cert_oidc_issuer: Annotated[
+        str | None,
+        typer.Option("--cert-oidc-issuer", help="Expected OIDC issuer, matched exactly."),
+    ] = None,
+    fmt: Annotated[
+        SigstoreFormat, typer.Option("--format", help="Report format.")
+    ] = SigstoreFormat.TEXT,
+) -> None:
+    """Verify a Sigstore bundle for FILE offline: certificate chain to the trusted root, SCT,
+    transparency-log inclusion proof (re-checked with our own RFC 6962 code), checkpoint,
+    inclusion promise or TSA timestamp, signature, artifact digest, then the identity."""
+    pins = identity_pins(cert_identity, cert_identity_regex, cert_oidc_issuer)
+    if not pins:
+        raise _fail(
+            "pin the signer: --cert-identity ID (or --cert-identity-regex RE) and "
+            "--cert-oidc-issuer ISSUER"
+        )
+    root_data = _read(trusted_root, 1 << 20, "trusted root")
+    try:
+        check_trusted_root_bytes(root_data, textsafe.text(trusted_root))
+    except IdentityError as exc:
+        raise _fail(textsafe.text(exc)) from None
+    try:
+        from .sigstore_check import MAX_BUNDLE_SIZE, SigstoreUsageError, load_trusted_root
+        from .sigstore_check import verify_sigstore_bundle as verify
+    except ImportError:
+        raise _fail(EXTRA_MISSING) from None
+    try:
+        root = load_trusted_root(root_data, textsafe.text(trusted_root))
+    except SigstoreUsageError as exc:
+        raise _fail(textsafe.text(exc)) from None
+    try:
+        with bundle.open("rb") as handle:
+            bundle_data = handle.read(MAX_BUNDLE_SIZE + 1)
+    except OSError as exc:
+        raise _fail(
+            f"cannot read {textsafe.text(bundle)}: {exc.strerror}", ExitCode.UNREADABLE
+        ) from None
+    digest, shown = _digest_of(artifact)
+    outcome = verify(bundle_data, str(bundle), digest, shown, root, pins)
+    from .output import write_stdout
+    from .sigstore_render import render
+
+    write_stdout(render(outcome, fmt.value))
+    raise typer.Exit(int(outcome.exit_code))
