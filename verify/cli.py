@@ -2,7 +2,8 @@
 
 ``harness-verify BUNDLE`` is short for ``harness-verify bundle BUNDLE``. Exit codes (stable):
 0 verified and trusted, 1 evidence invalid (tampered, empty, seal-only), 2 usage error,
-3 verified but not trusted by policy, 4 unreadable or unsupported input.
+3 verified but not trusted by policy, 4 unreadable or unsupported input; ``compare`` also
+5: both bundles verified and trusted, but their runs differ.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ EXIT_CODES_HELP: Final = (
     "2 usage error; 3 verified but signer not trusted by policy; 4 unreadable or unsupported "
     "input."
 )
-SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate", "pack", "sigstore"})
+SUBCOMMANDS: Final = frozenset({"bundle", "receipt", "gate", "pack", "compare", "sigstore"})
 ROOT_OPTIONS: Final = frozenset({"--help", "-h", "--version", "-v"})
 
 app = typer.Typer(
@@ -528,6 +529,77 @@ def pack_command(
     else:
         write_stdout(outcome.to_text())
     raise typer.Exit(int(outcome.exit_code))
+
+
+COMPARE_EXIT_HELP: Final = (
+    "Exit codes: 0 both verified and trusted, and the same run; 5 both verified and trusted, "
+    "but they differ; 1, 3, 4 as for bundle (the first bundle that fails decides); 2 usage error."
+)
+
+
+@app.command(
+    "compare",
+    epilog=COMPARE_EXIT_HELP,
+    short_help="Compare a run's bundle with its replay's: same roots, same decisions.",
+)
+def compare_command(
+    original: Annotated[Path, typer.Argument(help="the original run's bundle", readable=False)],
+    replay: Annotated[Path, typer.Argument(help="the replay's bundle", readable=False)],
+    trusted_key: Annotated[
+        list[str] | None,
+        typer.Option("--trusted-key", help="Pinned signer (as for bundle), for both. Repeatable."),
+    ] = None,
+    policy: Annotated[Path | None, typer.Option(help="Policy file (as for bundle).")] = None,
+    hmac_key: Annotated[
+        Path | None,
+        typer.Option(help="HMAC master key file (hex) to also check both keyed chains."),
+    ] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(help="Compare this run (in both); default: every run, paired by id."),
+    ] = None,
+    fmt: Annotated[TextOrJson, typer.Option("--format", help="text or json.")] = TextOrJson.TEXT,
+    max_bytes: Annotated[
+        int, typer.Option(min=1, help="Refuse bundles whose members add up to more bytes.")
+    ] = Limits().max_total_bytes,
+) -> None:
+    """Verify both bundles in full, then compare them run by run: the lineage and replay
+    stores' roots and records (a replay reproduces them byte for byte) and the audit store's
+    decision sequence; the first difference is named (store, record, member, both values)."""
+    from .compare import CompareError, compare_bundles
+    from .output import write_stdout
+    from .policy import PolicyError, resolve_policy
+
+    try:
+        pins = resolve_policy(_trusted_keys(trusted_key), policy, Path.cwd())
+    except PolicyError as exc:
+        raise _fail(textsafe.text(exc), ExitCode.USAGE) from None
+    try:
+        master = _read_hmac_key(hmac_key) if hmac_key is not None else None
+    except typer.BadParameter as exc:
+        raise _fail(f"--hmac-key: {exc.message}", ExitCode.USAGE) from None
+    for path in (original, replay):
+        problem = _input_problem(path)
+        if problem is not None:
+            raise _fail(problem, ExitCode.UNREADABLE)
+    try:
+        comparison = compare_bundles(
+            original,
+            replay,
+            pins=pins,
+            hmac_master=master,
+            limits=Limits(max_total_bytes=max_bytes),
+            run=run,
+        )
+    except CompareError as exc:
+        raise _fail(textsafe.text(str(exc)), exc.code) from None
+    if fmt is TextOrJson.JSON:
+        write_stdout(json.dumps(comparison.to_json(), indent=2, sort_keys=True) + "\n")
+    else:
+        # one display-safe line at a time: run ids, paths and member values come from the bundles
+        lines = comparison.to_text().splitlines()
+        write_stdout("".join(textsafe.text(line) + "\n" for line in lines))
+    raise typer.Exit(int(comparison.exit_code))
 
 
 @app.callback()

@@ -27,6 +27,8 @@ class ExitCode(IntEnum):
     """Every integrity check passed, but no pinned key says who signed it."""
     UNREADABLE = 4
     """The input is not a readable, safe, supported bundle (not a tar, unsafe member, ...)."""
+    DIFFERENT = 5
+    """``compare`` only: both bundles verified and trusted, but their runs differ."""
 
 
 class Status(StrEnum):
