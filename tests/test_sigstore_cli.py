@@ -1,0 +1,368 @@
+"""Issue 16 item 1: ``harness-verify sigstore FILE --bundle B --trusted-root R`` on the
+recorded sigstore-python vectors and on mutations of a good bundle, through the CLI, offline.
+
+Each vector verifies or fails as its name says (tests/vectors/third_party/SOURCES.md); each
+mutation of a good bundle fails with the check it breaks named in the report, and the exit code
+the verifier's table gives it (1 invalid, 3 identity not pinned, 4 unreadable).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.sigstore_helpers import (
+    GITHUB_ISSUER,
+    OAUTH_ISSUER,
+    PRODUCTION,
+    STAGING,
+    VECTORS,
+    verifier_offline,
+)
+
+GITHUB_IDENTITY = (
+    "https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml@refs/tags/v0.1.2"
+)
+GITHUB_WHEEL = "sha256:c4e92e9ecc828bef2aa7dba1de8ac983511f7532a0df11c770d39099a25cf201"
+DSSE_SUBJECT = "sha256:a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56efa01bf"
+DSSE_IDENTITY = (
+    "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/"
+    "workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main"
+)
+IDENTITIES = {
+    "bundle.txt": "a@tny.town",
+    "bundle_v3.txt": "william@yossarian.net",
+    "bundle_v3_alt.txt": "william@yossarian.net",
+    "staging-rekor-v2.txt": "jku@goto.fi",
+}
+
+
+def _bundle_of(name: str) -> Path:
+    plain = VECTORS / f"{name}.sigstore"
+    return plain if plain.exists() else VECTORS / f"{name}.sigstore.json"
+
+
+def sigstore(
+    artifact: str | Path,
+    bundle: Path,
+    *,
+    identity: str,
+    issuer: str = OAUTH_ISSUER,
+    root: Path = STAGING,
+    fmt: str = "json",
+    regex: bool = False,
+) -> tuple[int, dict[str, Any] | str]:
+    flag = "--cert-identity-regex" if regex else "--cert-identity"
+    done = verifier_offline(
+        "sigstore", artifact, "--bundle", bundle, "--trusted-root", root,
+        flag, identity, "--cert-oidc-issuer", issuer, "--format", fmt,
+    )  # fmt: skip
+    if fmt == "json" and done.stdout:
+        return done.returncode, json.loads(done.stdout)
+    return done.returncode, done.stdout + done.stderr
+
+
+def failed(report: dict[str, Any] | str) -> tuple[str, str]:
+    assert isinstance(report, dict), report
+    failure = report["failure"]
+    assert failure is not None, report
+    return failure["check"], failure["reason"]
+
+
+# ---- the vectors, as their names say ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(IDENTITIES))
+def test_staging_vectors_verify(name: str) -> None:
+    code, report = sigstore(VECTORS / name, _bundle_of(name), identity=IDENTITIES[name])
+    assert code == 0, report
+    assert isinstance(report, dict) and report["status"] == "verified"
+    assert [check["outcome"] for check in report["checks"]] == ["passed"] * 8
+    assert report["identities"] == [IDENTITIES[name]] and report["issuer"] == OAUTH_ISSUER
+
+
+def test_the_media_types_and_rekor_versions_are_the_vectors() -> None:
+    seen = {}
+    for name in sorted(IDENTITIES):
+        _, report = sigstore(VECTORS / name, _bundle_of(name), identity=IDENTITIES[name])
+        assert isinstance(report, dict)
+        seen[name] = (report["media_type"], report["log_entry"])
+    assert seen == {
+        "bundle.txt": (
+            "application/vnd.dev.sigstore.bundle+json;version=0.1",
+            "hashedrekord/0.0.1",
+        ),
+        "bundle_v3.txt": ("application/vnd.dev.sigstore.bundle.v0.3+json", "hashedrekord/0.0.1"),
+        "bundle_v3_alt.txt": (
+            "application/vnd.dev.sigstore.bundle+json;version=0.3",
+            "hashedrekord/0.0.1",
+        ),
+        "staging-rekor-v2.txt": (
+            "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "hashedrekord/0.0.2",
+        ),
+    }
+
+
+def test_dsse_vector_verifies_for_its_statement_subject() -> None:
+    bundle = _bundle_of("a.dsse.staging-rekor-v2.txt")
+    code, report = sigstore(DSSE_SUBJECT, bundle, identity=DSSE_IDENTITY, issuer=GITHUB_ISSUER)
+    assert code == 0, report
+    # the .txt beside it is not the statement's subject (upstream verifies the envelope only):
+    # a file the statement does not name is refused, naming the artifact
+    code, report = sigstore(
+        VECTORS / "a.dsse.staging-rekor-v2.txt", bundle, identity=DSSE_IDENTITY,
+        issuer=GITHUB_ISSUER,
+    )  # fmt: skip
+    check, reason = failed(report)
+    assert code == 1 and check == "artifact" and "no subject" in reason, report
+
+
+def test_github_workflow_vector_verifies_against_production_by_digest() -> None:
+    bundle = VECTORS / "bundle_v3_github.whl.sigstore"
+    code, report = sigstore(
+        GITHUB_WHEEL, bundle, identity=GITHUB_IDENTITY, issuer=GITHUB_ISSUER, root=PRODUCTION
+    )
+    assert code == 0, report
+    # a regex pin only when asked for, and it must match the whole SAN
+    regex = r"https://github\.com/trailofbits/rfc8785\.py/\.github/workflows/release\.yml@.*"
+    code, _ = sigstore(
+        GITHUB_WHEEL, bundle, identity=regex, issuer=GITHUB_ISSUER, root=PRODUCTION, regex=True
+    )
+    assert code == 0
+    code, report = sigstore(
+        GITHUB_WHEEL, bundle, identity="https://github.com/trailofbits/", regex=True,
+        issuer=GITHUB_ISSUER, root=PRODUCTION,
+    )  # fmt: skip
+    assert code == 3 and failed(report)[0] == "identity"
+    # the same regex text as an exact identity matches nothing
+    code, _ = sigstore(GITHUB_WHEEL, bundle, identity=regex, issuer=GITHUB_ISSUER, root=PRODUCTION)
+    assert code == 3
+
+
+def test_github_vector_against_the_staging_root_fails_the_certificate() -> None:
+    bundle = VECTORS / "bundle_v3_github.whl.sigstore"
+    code, report = sigstore(GITHUB_WHEEL, bundle, identity=GITHUB_IDENTITY, issuer=GITHUB_ISSUER)
+    check, reason = failed(report)
+    assert code == 1 and check == "certificate", report
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "check", "text"),
+    [
+        ("bundle_invalid_version.txt", 4, "bundle", "unsupported bundle format"),
+        ("bundle_no_cert_v1.txt", 1, "bundle", "expected non-empty certificate chain"),
+        ("bundle_no_log_entry.txt", 1, "bundle", "expected exactly one log entry"),
+        ("bundle_no_checkpoint.txt", 1, "bundle", "inclusion proof, with checkpoint"),
+    ],
+)
+def test_broken_vectors_fail_as_named(name: str, code: int, check: str, text: str) -> None:
+    got, report = sigstore(VECTORS / name, _bundle_of(name), identity="a@tny.town")
+    assert got == code, report
+    assert failed(report)[0] == check and text in failed(report)[1], report
+
+
+# ---- mutations of a good bundle --------------------------------------------------------------
+
+
+def _flip_b64(value: str, at: int = -3) -> str:
+    raw = bytearray(base64.b64decode(value))
+    raw[at] ^= 0x01
+    return base64.b64encode(bytes(raw)).decode()
+
+
+def _entry(doc: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = doc["verificationMaterial"]["tlogEntries"][0]
+    return entry
+
+
+def _signature(doc: dict[str, Any]) -> None:
+    doc["messageSignature"]["signature"] = _flip_b64(doc["messageSignature"]["signature"], 10)
+
+
+def _certificate(doc: dict[str, Any]) -> None:
+    cert = doc["verificationMaterial"]["certificate"]
+    cert["rawBytes"] = _flip_b64(cert["rawBytes"], -5)  # inside the CA's signature
+
+
+def _proof(doc: dict[str, Any]) -> None:
+    hashes = _entry(doc)["inclusionProof"]["hashes"]
+    hashes[0] = _flip_b64(hashes[0], 0)
+
+
+def _checkpoint(doc: dict[str, Any]) -> None:
+    proof = _entry(doc)["inclusionProof"]
+    note, _, signatures = proof["checkpoint"]["envelope"].partition("\n\n")
+    name, _, sig = signatures.rstrip("\n").rpartition(" ")
+    proof["checkpoint"]["envelope"] = f"{note}\n\n{name} {_flip_b64(sig, -2)}\n"
+
+
+def _log_index(doc: dict[str, Any]) -> None:
+    _entry(doc)["logIndex"] = str(int(_entry(doc)["logIndex"]) + 1)
+
+
+MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
+    "signature": (_signature, "signature", "Signature is invalid"),
+    "certificate": (_certificate, "certificate", "certificate"),
+    "inclusion-proof": (_proof, "log-entry", "inclusion proof"),
+    "checkpoint": (_checkpoint, "log-entry", "checkpoint"),
+    "log-index": (_log_index, "log-entry", "log index"),
+}
+
+
+@pytest.fixture(scope="module")
+def good() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((VECTORS / "bundle_v3.txt.sigstore").read_bytes())
+    return loaded
+
+
+@pytest.mark.parametrize("what", sorted(MUTATIONS))
+def test_each_mutation_fails_naming_what_failed(
+    what: str, good: dict[str, Any], tmp_path: Path
+) -> None:
+    mutate, check, text = MUTATIONS[what]
+    doc = copy.deepcopy(good)
+    mutate(doc)
+    bundle = tmp_path / "mutated.sigstore.json"
+    bundle.write_text(json.dumps(doc), encoding="utf-8")
+    code, report = sigstore(VECTORS / "bundle_v3.txt", bundle, identity="william@yossarian.net")
+    assert code == 1, report
+    got, reason = failed(report)
+    assert got == check and text in reason, report
+
+
+def test_log_index_of_a_rekor_v2_entry_is_checked_by_us(tmp_path: Path) -> None:
+    # Rekor v2 entries carry no inclusion promise: nothing sigstore checks signs logIndex, so a
+    # changed index passes sigstore; our re-check ties it to the proof's leaf index
+    doc = json.loads(_bundle_of("staging-rekor-v2.txt").read_bytes())
+    _log_index(doc)
+    bundle = tmp_path / "v2.sigstore.json"
+    bundle.write_text(json.dumps(doc), encoding="utf-8")
+    code, report = sigstore(VECTORS / "staging-rekor-v2.txt", bundle, identity="jku@goto.fi")
+    check, reason = failed(report)
+    assert code == 1 and check == "log-entry" and reason.startswith("log index"), report
+
+
+def test_identity_issuer_and_artifact(tmp_path: Path) -> None:
+    artifact, bundle = VECTORS / "bundle_v3.txt", VECTORS / "bundle_v3.txt.sigstore"
+    code, report = sigstore(artifact, bundle, identity="mallory@example.com")
+    assert code == 3 and failed(report)[0] == "identity", report
+    assert failed(report)[1].startswith("identity: the certificate's identity is william@")
+    code, report = sigstore(
+        artifact, bundle, identity="william@yossarian.net", issuer="https://accounts.google.com"
+    )
+    assert code == 3 and failed(report)[1].startswith("issuer: "), report
+    other = tmp_path / "bundle_v3.txt"
+    other.write_bytes(artifact.read_bytes() + b"!")
+    code, report = sigstore(other, bundle, identity="william@yossarian.net")
+    check, reason = failed(report)
+    assert code == 1 and check == "artifact" and "SHA-256" in reason, report
+
+
+def test_our_merkle_recheck_reports_a_disagreement(good: dict[str, Any], tmp_path: Path) -> None:
+    # sigstore's own inclusion-proof check replaced by one that accepts everything: a broken
+    # proof then passes sigstore, and our RFC 6962 re-check must say so (never silently)
+    doc = copy.deepcopy(good)
+    _proof(doc)
+    bundle = tmp_path / "proof.sigstore.json"
+    bundle.write_text(json.dumps(doc), encoding="utf-8")
+    blind = "import sigstore.models as _m\n_m.verify_merkle_inclusion = lambda entry: None\n"
+    done = verifier_offline(
+        "sigstore", VECTORS / "bundle_v3.txt", "--bundle", bundle, "--trusted-root", STAGING,
+        "--cert-identity", "william@yossarian.net", "--cert-oidc-issuer", OAUTH_ISSUER,
+        "--format", "json", extra=blind,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    check, reason = failed(report)
+    assert done.returncode == 1 and check == "log-entry", report
+    assert reason.startswith("our RFC 6962 re-check refuses what sigstore accepted"), reason
+
+
+# ---- formats, usage, the optional extra -----------------------------------------------------
+
+
+def test_text_junit_and_sarif() -> None:
+    artifact, bundle = VECTORS / "bundle_v3.txt", VECTORS / "bundle_v3.txt.sigstore"
+    code, text = sigstore(artifact, bundle, identity="mallory@example.com", fmt="text")
+    assert code == 3 and "VERIFIED BUT NOT TRUSTED" in str(text) and "[FAIL] identity" in str(text)
+    code, junit = sigstore(artifact, bundle, identity="mallory@example.com", fmt="junit")
+    suite = ET.fromstring(str(junit).split("\n", 1)[1].split("\nerror")[0])
+    assert suite.get("failures") == "1" and suite.get("tests") == "8"
+    code, sarif = sigstore(artifact, bundle, identity="mallory@example.com", fmt="sarif")
+    results = json.loads(str(sarif))["runs"][0]["results"]
+    assert [(r["ruleId"], r["level"]) for r in results] == [("identity", "warning")]
+    code, sarif = sigstore(artifact, bundle, identity="william@yossarian.net", fmt="sarif")
+    assert code == 0 and json.loads(str(sarif))["runs"][0]["results"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        ([], "pin the signer"),
+        (["--cert-identity", "x@example.com"], "needs both"),
+        (["--cert-oidc-issuer", OAUTH_ISSUER], "needs both"),
+        (
+            ["--cert-identity", "a", "--cert-identity-regex", "a", "--cert-oidc-issuer", "i"],
+            "not both",
+        ),
+        (["--cert-identity-regex", "(", "--cert-oidc-issuer", "i"], "not a regular expression"),
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], text: str) -> None:
+    done = verifier_offline(
+        "sigstore", VECTORS / "bundle_v3.txt", "--bundle", VECTORS / "bundle_v3.txt.sigstore",
+        "--trusted-root", STAGING, *args,
+    )  # fmt: skip
+    assert done.returncode == 2 and text in done.stderr and done.stdout == "", done.stderr
+
+
+def test_a_trusted_root_that_is_not_one_is_a_usage_error(tmp_path: Path) -> None:
+    for content in (b"{}", b"not json", (VECTORS / "bundle_v3.txt.sigstore").read_bytes()):
+        root = tmp_path / "root.json"
+        root.write_bytes(content)
+        done = verifier_offline(
+            "sigstore", VECTORS / "bundle_v3.txt", "--bundle", VECTORS / "bundle_v3.txt.sigstore",
+            "--trusted-root", root, "--cert-identity", "a", "--cert-oidc-issuer", "b",
+        )  # fmt: skip
+        assert done.returncode == 2 and "trusted root" in done.stderr, done.stderr
+
+
+def test_a_bundle_that_is_not_json_is_unreadable(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.sigstore.json"
+    junk.write_bytes(b"\x00" * 100)
+    code, report = sigstore(VECTORS / "bundle_v3.txt", junk, identity="a")
+    assert code == 4 and failed(report)[0] == "bundle", report
+
+
+def test_without_the_extra_the_command_says_how_to_install_it() -> None:
+    hide = "sys.modules['sigstore'] = None\n"
+    done = verifier_offline(
+        "sigstore", VECTORS / "bundle_v3.txt", "--bundle", VECTORS / "bundle_v3.txt.sigstore",
+        "--trusted-root", STAGING, "--cert-identity", "a", "--cert-oidc-issuer", "b", extra=hide,
+    )  # fmt: skip
+    assert done.returncode == 2 and "harness-verify[sigstore]" in done.stderr, done.stderr
+    # and every other command still works without it
+    done = verifier_offline("bundle", VECTORS / "bundle_v3.txt", extra=hide)
+    assert done.returncode == 4, done.stderr
+
+
+def test_help_imports_no_sigstore() -> None:
+    probe = (
+        "import sys\nfrom harness.verify.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('loaded:', *(m for m in ('sigstore', 'harness.verify.sigstore_check') "
+        "if m in sys.modules))\n"
+    )
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "loaded:", done.stdout + done.stderr
+    assert "sigstore" in done.stdout  # the command is listed
