@@ -6,6 +6,10 @@ credential, recording every answer in the replay journal (``orchestrate/replay.J
 request and response bodies as content-addressed blobs, streams as the exact bytes streamed)
 and reporting each exchange (``Exchange``) to ``on_exchange`` and ``exchanges()``.
 
+With ``unix_path`` it listens on an ``AF_UNIX`` stream socket there instead (created mode
+0600, removed on close): a sandboxed agent reaches it through the in-sandbox bridge
+(``bridge.py``), its only way out of a network namespace of its own.
+
 Modes are the journal's: ``live`` asks the upstream; ``replay`` answers from the journal only
 (no socket is opened; a miss is a 502 naming ``replay miss`` and the key), and with
 ``allow_live_miss`` a miss goes upstream and is marked ``live-miss``. Streams are passed
@@ -21,10 +25,15 @@ See docs/spec/proxy.md.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
+import socketserver
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 from ..replay import Journal
 from .exchange import Exchange
@@ -32,7 +41,14 @@ from .handler import KEY_HEADER, SOURCE_HEADER, Handler
 from .limits import Limits, Watchdog
 from .upstream import AllowList
 
-__all__ = ["KEY_HEADER", "SOURCE_HEADER", "Limits", "ProxyServer"]
+__all__ = ["KEY_HEADER", "SOURCE_HEADER", "Limits", "ProxyServer", "SocketPathError"]
+
+_SUN_PATH_MAX: Final = 107
+"""Bytes of a socket path ``bind``/``connect`` take (``sun_path`` is 108 with its NUL)."""
+
+
+class SocketPathError(OSError):
+    """The Unix socket path is taken: not a stale socket of ours (or a live one)."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -40,10 +56,12 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
     proxy: ProxyServer
 
-    def __init__(self, proxy: ProxyServer) -> None:
+    def __init__(
+        self, proxy: ProxyServer, address: Any = None, handler: type[Handler] = Handler
+    ) -> None:
         self.proxy = proxy
         self._slots = threading.BoundedSemaphore(proxy.limits.max_connections)
-        super().__init__(("127.0.0.1", proxy.requested_port), Handler)
+        super().__init__(address or ("127.0.0.1", proxy.requested_port), handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -63,8 +81,100 @@ class _Server(ThreadingHTTPServer):
             self._slots.release()
 
 
+class _UnixHandler(Handler):
+    def setup(self) -> None:
+        """``Handler.setup`` without ``TCP_NODELAY`` (a Unix socket has no Nagle to turn off)."""
+        socketserver.StreamRequestHandler.setup(self)
+        self.connection.settimeout(self.server.proxy.limits.request_deadline_s)
+
+
+def bindable(path: Path) -> tuple[str, int | None]:
+    """The address to bind or connect for ``path``, and a folder descriptor to close after.
+
+    A path longer than ``sun_path`` (a deep batch folder) goes through the folder's descriptor:
+    ``/proc/self/fd/<fd>/<name>`` names the same file, in a few bytes.
+    """
+    text = os.fspath(path)
+    if len(os.fsencode(text)) <= _SUN_PATH_MAX:
+        return text, None
+    folder = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    return f"/proc/self/fd/{folder}/{path.name}", folder
+
+
+def _claim(path: Path) -> None:
+    """Make ``path`` free for our socket: absent, or a stale socket of ours (removed).
+
+    Refused (``SocketPathError``): anything else at the path (a file, a folder, a symbolic
+    link, another user's socket) and a socket something is listening on.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+        raise SocketPathError(f"{path} exists and is not a socket of ours: refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    address, folder = bindable(path)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(address)
+    except (ConnectionRefusedError, FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # stale: nothing listens on it any more
+        return
+    except OSError as exc:
+        raise SocketPathError(f"{path}: cannot tell whether it is stale: {exc}") from exc
+    finally:
+        probe.close()
+        if folder is not None:
+            os.close(folder)
+    raise SocketPathError(f"{path} is a live socket: another server listens on it")
+
+
+class _UnixServer(_Server):
+    """The proxy on an ``AF_UNIX`` stream socket at ``path`` (mode 0600, removed on close)."""
+
+    address_family = socket.AF_UNIX
+
+    def __init__(self, proxy: ProxyServer, path: Path) -> None:
+        self.unix_path = path
+        self._made: tuple[int, int] | None = None
+        super().__init__(proxy, str(path), _UnixHandler)
+
+    def server_bind(self) -> None:
+        _claim(self.unix_path)
+        address, folder = bindable(self.unix_path)
+        try:
+            self.socket.bind(address)
+            # before listen(): nobody can connect while the mode is still the umask's
+            os.chmod(self.unix_path, 0o600)
+            info = os.lstat(self.unix_path)
+        finally:
+            if folder is not None:
+                os.close(folder)
+        self._made = (info.st_dev, info.st_ino)  # server_address stays the path we were given
+        self.server_name, self.server_port = "localhost", 0
+
+    def get_request(self) -> tuple[Any, Any]:
+        request, _ = self.socket.accept()
+        return request, (str(self.unix_path), 0)  # http.server wants a (host, port) pair
+
+    def server_close(self) -> None:
+        super().server_close()
+        made, self._made = self._made, None
+        if made is None:
+            return
+        with contextlib.suppress(OSError):
+            info = os.lstat(self.unix_path)
+            if (info.st_dev, info.st_ino) == made:  # ours still, not a newer one
+                os.unlink(self.unix_path)
+
+
 class ProxyServer:
-    """The recording proxy: ``start()``, then ``base_url(route)``; ``close()`` when done."""
+    """The recording proxy: ``start()``, then ``base_url(route)``; ``close()`` when done.
+
+    ``unix_path``: listen on a Unix socket there instead of TCP ``127.0.0.1:port``.
+    """
 
     def __init__(
         self,
@@ -74,6 +184,7 @@ class ProxyServer:
         port: int = 0,
         limits: Limits | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
+        unix_path: Path | None = None,
     ) -> None:
         self.allow = allow
         self.journal = journal
@@ -88,16 +199,27 @@ class ProxyServer:
         self._busy = 0
         self._idle = threading.Condition()
         self.watchdog = Watchdog(min(0.1, self.limits.request_deadline_s / 4))
-        self._server = _Server(self)
+        self.unix_path = unix_path
+        try:
+            self._server: _Server = (
+                _Server(self) if unix_path is None else _UnixServer(self, unix_path)
+            )
+        except BaseException:
+            self.watchdog.stop()
+            raise
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
+        """The TCP port (a Unix-socket proxy has none: ``ValueError``)."""
+        if self.unix_path is not None:
+            raise ValueError(f"the proxy listens on the Unix socket {self.unix_path}, no port")
         return int(self._server.server_address[1])
 
-    def base_url(self, route: str) -> str:
-        """``http://127.0.0.1:P/<route>`` (what the agent's base-URL variable is set to)."""
-        return f"http://127.0.0.1:{self.port}/{route}"
+    def base_url(self, route: str, port: int | None = None) -> str:
+        """``http://127.0.0.1:P/<route>`` (what the agent's base-URL variable is set to);
+        ``port``: the bridge's port, for a Unix-socket proxy."""
+        return f"http://127.0.0.1:{self.port if port is None else port}/{route}"
 
     def start(self) -> ProxyServer:
         """Serve in a daemon thread (a second call is a no-op)."""
@@ -128,7 +250,8 @@ class ProxyServer:
 
     def close(self) -> None:
         """Stop accepting, let exchanges in flight finish (bounded), and close."""
-        self._server.shutdown()
+        if self._thread is not None:  # shutdown() waits for serve_forever, which never ran
+            self._server.shutdown()
         self.wait_idle()
         self._server.server_close()
         self.watchdog.stop()
