@@ -555,3 +555,58 @@ def test_a_sandboxed_agent_gets_the_supervisors_sigterm_through_the_bridge(
     result = run_process(argv, cwd=dirs.tree, timeout_s=3, grace_s=10, env=env, sandboxed=True)
     assert result.timed_out and result.exit_code == 7, result.stderr.decode()
     assert (dirs.io / "got").read_text().startswith("SIGTERM\n")
+
+
+INSIDE = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    folder = sys.argv[1]
+    def on(signum, frame):
+        with open(os.path.join(folder, "got"), "a") as fh:
+            fh.write(signal.Signals(signum).name + "\\n")
+        raise SystemExit(7)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on)
+    open(os.path.join(folder, "ready"), "w").close()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(folder, "go")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # margin for a (wrongly) forwarded SIGHUP to land first
+    # a process inside the sandbox signals the bridge (this child's parent): forwarded
+    subprocess.run(["kill", "-TERM", str(os.getppid())], check=True)
+    time.sleep(30)
+    raise SystemExit(1)
+""")
+
+
+def _bridge_pid(leader: int) -> int:
+    from harness.orchestrate.supervise.procfs import descendants
+
+    for pid in descendants(leader):
+        with contextlib.suppress(OSError):
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if words[1:4] == [b"-P", b"-m", MODULE.encode()]:  # not bwrap's own (same argv)
+                return pid
+    raise AssertionError("no bridge below bubblewrap")
+
+
+@needs_bwrap
+def test_in_the_sandbox_only_signals_the_agent_did_not_get_itself_are_forwarded(
+    tmp_path: Path,
+) -> None:
+    sandbox, dirs = _sandboxed(tmp_path)
+    profile, env = sandbox.agent(dirs, programs=[PY, "kill"], network=False)
+    child = [PY, "-P", "-c", INSIDE, str(dirs.io)]
+    argv = sandbox.argv(profile, bridge_argv(PY, dirs.io / "model.sock", DEFAULT_PORT, child))
+    leader = subprocess.Popen(argv, env=env, cwd=dirs.tree, start_new_session=True)
+    try:
+        _wait_for((dirs.io / "ready").exists)
+        # from the host, to the bridge alone: a sender outside the PID namespace is the
+        # supervisor, which signals the agent itself (runtime.md §14.5): not forwarded
+        os.kill(_bridge_pid(leader.pid), signal.SIGHUP)
+        (dirs.io / "go").touch()
+        assert leader.wait(timeout=30) == 7
+    finally:
+        if leader.poll() is None:
+            os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+    assert (dirs.io / "got").read_text() == "SIGTERM\n"  # the inside one only
