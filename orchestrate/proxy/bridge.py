@@ -252,6 +252,7 @@ class _Child:
 
 
 def _unblock() -> None:
+    """In the child, before exec: the signals the bridge holds are the child's to receive."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
 
