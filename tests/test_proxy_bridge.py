@@ -610,3 +610,27 @@ def test_in_the_sandbox_only_signals_the_agent_did_not_get_itself_are_forwarded(
             os.killpg(leader.pid, signal.SIGKILL)
         leader.wait()
     assert (dirs.io / "got").read_text() == "SIGTERM\n"  # the inside one only
+
+
+def test_an_unreachable_proxy_closes_the_connection_and_says_so(tmp_path: Path) -> None:
+    with _bridge(tmp_path, tmp_path / "absent.sock") as (port, bridge):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(b"GET /anthropic/v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(1) == b""  # closed: no proxy behind the bridge
+        bridge.terminate()
+        assert bridge.wait(timeout=20) == 7  # the child's status, as ever
+        assert bridge.stderr is not None
+        assert b"cannot reach the proxy at" in bridge.stderr.read()
+
+
+@pytest.mark.parametrize(
+    "extra", [["--port", "0"], ["--port", "x"], ["--max-connections", "0"], []],
+    ids=["port-0", "port-text", "no-connections", "no-command"],
+)  # fmt: skip
+def test_a_bad_command_line_is_a_usage_error(tmp_path: Path, extra: list[str]) -> None:
+    argv = [PY, "-P", "-m", MODULE, "--socket", str(tmp_path / "s"), *extra, "--"]
+    if extra:
+        argv += [PY, "-c", f"open({str(tmp_path / 'ran')!r}, 'w').close()"]
+    done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    assert done.returncode == 2 and b"usage:" in done.stderr
+    assert not (tmp_path / "ran").exists()

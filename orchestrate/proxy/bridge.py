@@ -300,8 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # started waits, and is forwarded once it has
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
-        listener = _listen(args.port)
         target = _Target(args.socket)
+    except OSError as exc:
+        _say(f"cannot open the folder of {args.socket}: {exc}")
+        return BRIDGE_FAILED
+    try:
+        listener = _listen(args.port)
     except OSError as exc:
         _say(f"cannot listen on 127.0.0.1:{args.port}: {exc}")
         return BRIDGE_FAILED
