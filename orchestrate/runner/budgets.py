@@ -31,6 +31,7 @@ from ..budgeting import RunBudget
 from ..model import Batch, TaskSpec
 from ..usage import UsageMeter
 from ..usage import meter_for as adapter_meter
+from .proxied import ProxiedMeter
 
 if TYPE_CHECKING:
     from .core import RunCore
@@ -50,7 +51,13 @@ def budget_of(run: RunCore, tasks: Sequence[TaskSpec]) -> dict[str, int | None]:
 
 
 def meter_for(run: RunCore, job: BatchJob) -> UsageMeter | None:
-    """A usage meter for the batch's adapter (None when the adapter reports no usage)."""
+    """A usage meter for the batch's adapter (None when the adapter reports no usage).
+
+    A proxied batch's tokens are what its proxy observed (the exchanges' usage as the API
+    reported it), never the agent's own report: its meter reads the proxy, and takes only
+    the cost from the adapter's output (docs/spec/runtime.md §17.1)."""
+    if job.proxy is not None:
+        return ProxiedMeter(job.proxy, adapter_meter(job.batch.adapter))
     return adapter_meter(job.batch.adapter)
 
 

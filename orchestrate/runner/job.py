@@ -37,6 +37,7 @@ from ..capabilities import check_task
 from ..capsule import pre_spawn_violations
 from ..gates import GateRun
 from ..model import Batch, Gate, TaskSpec
+from ..modelroutes import batch_routes
 from ..review.desk import ReviewDesk, close_batch, waiters
 from ..review.wire import wire_review
 from ..sandbox import BatchDirs
@@ -47,6 +48,7 @@ from ..supervise.limits import MAX_LIFETIME_S
 from . import budgets
 from .agents import start_agent
 from .core import RunCore
+from .proxied import BatchProxy, open_proxy
 
 S = TaskState
 
@@ -105,6 +107,8 @@ class BatchJob:
         self.done = False
         self.released = False
         """Whether its ``lock.release`` is queued (retirement releases it once)."""
+        self.proxy: BatchProxy | None = None
+        """The batch's recording model proxy (a proxied adapter's batch only)."""
 
     # -- before the processes start (in batch order, recorded) -----------------------------
 
@@ -152,19 +156,26 @@ class BatchJob:
             write_scripted_workfile(request, request.workfile)
         timeout_s = max(task.timeout_s for task in self.tasks)
         argv = adapter.argv(request)
+        network = batch_network(self.tasks, run.capabilities)
+        self.proxy = self._open_proxy(network)
+        proxy = self.proxy
         profile, env = run.sandbox.agent(
             self.dirs,
             programs=[adapter.executable],
             files=argv_files(argv),
-            network=batch_network(self.tasks, run.capabilities),
-            adapter_env=adapter_env_names(adapter),
+            network=network,
+            adapter_env=adapter_env_names(adapter) if proxy is None else (),
             journal_dir=(
                 run.journal.directory
                 if run.journal is not None and self.batch.adapter == "scripted"
                 else None
             ),
             review=review,
+            proxy_env=proxy.env if proxy is not None else None,
+            egress=proxy.egress if proxy is not None else (),
         )
+        if proxy is not None:
+            argv = proxy.wrap(argv)
         if _denied_at_spawn(run, self.batch, self.tasks, profile.to_json()):
             self.cleanup()
             return False
@@ -204,6 +215,24 @@ class BatchJob:
             run.attempts[task.id] = self.task_attempts[task.id]
             run.move(task.id, S.IN_PROGRESS, f"agent for {self.batch.id} started")
         return True
+
+    def _open_proxy(self, network: bool) -> BatchProxy | None:
+        """The batch's proxy when its adapter is proxied (docs/spec/runtime.md §11a): on
+        ``<io>/model.sock`` behind the bridge when sandboxed without network, else on a
+        loopback port. Rounds tasks and remote executors keep the unproxied path."""
+        run = self.run
+        if run.executor is not None or any(task.rounds is not None for task in self.tasks):
+            return None
+        routes = batch_routes(self.tasks, run.plan.commands)
+        if routes is None:
+            return None
+        bridged = run.sandbox.available and not network
+        return open_proxy(run, self.dirs.io, routes, bridged=bridged)
+
+    def stop_proxy(self) -> None:
+        """After the agent exited (or never started): drain and close the proxy."""
+        if self.proxy is not None:
+            self.proxy.stop()
 
     def _prompt(self) -> str:
         """The tasks' prompts; a retried task's prompt carries what failed last time (the
@@ -265,6 +294,7 @@ class BatchJob:
             if outcome is None:
                 return
             self.outcome = outcome
+            self.stop_proxy()  # every exchange of the agent is reported by now
             close_batch(self.run, self.batch.id)  # reviews still waiting: denied, recorded
             self._collect()
             if not self.agent_ok() or self.scope_problems:
@@ -334,6 +364,7 @@ class BatchJob:
         committed work, merged or not: unmerged work is never deleted)."""
         run = self.run
         close_batch(run, self.batch.id)
+        self.stop_proxy()
         with contextlib.suppress(git.GitError):
             if self.output is None and self.worktree.exists():  # never collected: keep it
                 git.commit_all(self.worktree, f"{self.batch.id}: salvage", date=run.git_date)

@@ -35,6 +35,7 @@ from ..replay import call_key, text_sha256
 from . import budgets
 from .core import ReplayMissError, RunCore
 from .job import BatchJob, feedback_sha256
+from .proxied import exchange_body, first_miss, source_body
 
 S = TaskState
 
@@ -116,6 +117,10 @@ def _retire(run: RunCore, job: BatchJob) -> None:
             exit_anomaly = "budget"
     if job.budget_breach is not None:
         run.audit("budget.exceeded", dict(job.budget_breach))
+    exchanges = job.proxy.stop() if job.proxy is not None else []
+    for exchange in exchanges:  # where each answer came from, right before the exit
+        if exchange.outcome == "answered":
+            run.audit("model.source", source_body(job.batch.id, exchange))
     run.audit(
         "agent.exit",
         {
@@ -129,7 +134,11 @@ def _retire(run: RunCore, job: BatchJob) -> None:
         },
     )
     budgets.charge(run, job, usage, result.duration_ms)
-    calls = [
+    # What the proxy observed (seq order), then what the adapter reports: an agent's claim.
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("model.exchange", exchange_body(job.batch.id, exchange)) for exchange in exchanges
+    ]
+    calls += [
         (
             "model.call",
             {
@@ -157,17 +166,21 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     if job.violation is not None:
         _fail(run, job, "integrity", f"auditor integrity violation: {job.violation}")
         return
-    if not job.agent_ok() or exit_anomaly is not None:
+    miss = first_miss(exchanges)
+    if miss is not None or not job.agent_ok() or exit_anomaly is not None:
         output = job.output
-        why = output.error or (
+        error = output.error
+        if miss is not None:  # the proxy could not answer from the journal: whatever the CLI
+            error = miss.reason or f"replay miss: no journaled answer for key {miss.key}"
+        why = error or (
             "timed out" if result.timed_out else exit_anomaly or f"exit {result.exit_code}"
         )
-        if output.error and "replay miss: " in output.error:
+        if error and "replay miss: " in error:
             # Strict replay: a miss aborts the whole run, recorded and sealed first.
             for task in job.tasks:
                 run.move(task.id, S.FAILED, f"agent failed: {why}")
             _release(run, job, "run aborted")
-            raise ReplayMissError(output.error)
+            raise ReplayMissError(error)
         anomaly = attempt_rule.classify(
             exit_anomaly=exit_anomaly,
             signal=result.signal,

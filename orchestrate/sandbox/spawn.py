@@ -9,6 +9,7 @@ sandbox and the agent walks up from its working directory.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -121,12 +122,21 @@ class Sandbox:
         journal_dir: Path | None = None,
         files: Sequence[str] = (),
         review: tuple[Path, Mapping[str, str]] | None = None,
+        proxy_env: Mapping[str, str] | None = None,
+        egress: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[Profile, dict[str, str]]:
         """Profile and environment of a batch's agent: worktree, io and home read-write.
 
         ``review``: the batch's review socket and the variables its hook needs; the socket is
         bound read-only at ``SANDBOX_SOCKET`` (a short, fixed path) and the socket variable
-        names that path, or the host path where there is no sandbox (docs/spec/review.md)."""
+        names that path, or the host path where there is no sandbox (docs/spec/review.md).
+
+        ``proxy_env`` / ``egress``: a proxied agent's variables (base URLs of the recording
+        proxy, placeholder keys, proxy variables: set whatever the network grant, since they
+        hold no secret) and the proxy's allow-list, recorded as the profile's ``egress``
+        (docs/spec/runtime.md §11a). A proxied agent gets none of its adapter's variables
+        from the runtime's environment: ``adapter_env`` is then empty, so a real key never
+        reaches it."""
         binds = [Bind(dirs.tree, True, "worktree"), Bind(dirs.io, True, "io")]
         if self.git_dir is not None:
             binds.append(Bind(self.git_dir, False, "git"))
@@ -142,6 +152,7 @@ class Sandbox:
             fixed[ENV_SOCKET] = SANDBOX_SOCKET if self.available else str(socket_path)
             binds.append(Bind(socket_path, False, "review", dest=SANDBOX_SOCKET))
         extra = list(adapter_env) if network else []
+        fixed.update(proxy_env or {})
         env = sandbox_env(self.host_env, home=dirs.home, extra_names=extra, fixed=fixed)
         profile = build_profile(
             role="agent", support=self.support, settings=self.settings, workdir=dirs.tree,
@@ -149,6 +160,9 @@ class Sandbox:
             env_names=list(env), hidden=self.hidden, secret=self.secret, confine=self.confine,
             programs=programs, files=files, path_env=env.get("PATH"),
         )  # fmt: skip
+        if egress:
+            items = sorted((dict(item) for item in egress), key=lambda item: str(item["route"]))
+            profile = dataclasses.replace(profile, egress=tuple(items))
         return profile, env
 
     def gate(

@@ -1,0 +1,237 @@
+"""A proxied batch: its own recording proxy, the agent's variables, and what is recorded.
+
+A real CLI calls its model itself; for a *proxied* adapter (``harness.orchestrate.modelroutes``)
+the runtime starts one ``ProxyServer`` per batch (so every exchange belongs to exactly one
+batch) with the batch's routes as the allow-list and the run's journal in the run's mode, and
+points the agent at it (docs/spec/runtime.md §11a, decision 0047):
+
+* sandboxed without network (bwrap ``--unshare-net``): the proxy listens on ``<io>/model.sock``
+  and the agent runs below the bridge (``harness.orchestrate.proxy.bridge``), which listens on
+  ``127.0.0.1:8377`` inside the sandbox's own network namespace: the agent's only way out;
+* otherwise (no sandbox, or a batch granted the network): the proxy listens on
+  ``127.0.0.1:<any free port>``.
+
+The agent's environment holds the base URL of each family's first route, a placeholder key
+(``harness-proxy``; the proxy drops it and injects the operator's key, read from the route's
+``key_env`` in the runtime's environment), and the proxy variables (``HTTP_PROXY`` ... pointing
+at the proxy, so a client that honours them sends off-list requests there, to be refused and
+recorded; ``NO_PROXY`` names the loopback host only, so the base URLs themselves are reached
+directly and not as absolute-URI proxy requests, which the proxy refuses).
+
+After the agent exits the proxy is drained (``wait_idle``) and closed; retirement writes one
+``model.exchange`` (replay store, ``seq`` order) per exchange and one ``model.source`` (audit
+store, before ``agent.exit``) per answered one; the batch's token usage is the exchanges' sum.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ..modelroutes import PLACEHOLDER_KEY, ModelRoute, resolve
+from ..proxy import AllowList, Exchange, ProxyServer, Upstream
+from ..replay import Journal
+from ..usage import MAX_FIGURE, Usage, UsageMeter
+
+if TYPE_CHECKING:
+    from .core import RunCore
+
+__all__ = [
+    "BRIDGE_PORT",
+    "BatchProxy",
+    "ProxiedMeter",
+    "exchange_body",
+    "exchange_tokens",
+    "first_miss",
+    "open_proxy",
+]
+
+BRIDGE_PORT: Final = 8377
+"""The port the in-sandbox bridge listens on (the sandbox's own loopback)."""
+SOCKET_NAME: Final = "model.sock"
+LOOPBACK: Final = "127.0.0.1"
+DRAIN_S: Final = 10.0
+"""How long a finished agent's exchanges in flight may take to be reported."""
+
+
+@dataclass
+class BatchProxy:
+    """One batch's proxy, from before the spawn until its agent exits."""
+
+    server: ProxyServer
+    routes: tuple[ModelRoute, ...]
+    bridged: bool
+    socket: Path | None
+    env: dict[str, str]
+    exchanges: list[Exchange] = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def egress(self) -> list[dict[str, object]]:
+        """The allow-list as the profile records it (``AllowList.describe()``, by route)."""
+        return self.server.allow.describe()
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The agent's argv, below the bridge when sandboxed without network."""
+        if not self.bridged:
+            return list(argv)
+        from ..proxy.bridge import bridge_argv
+
+        assert self.socket is not None
+        return bridge_argv(sys.executable, self.socket, BRIDGE_PORT, argv)
+
+    def stop(self) -> list[Exchange]:
+        """After the agent exited: wait for exchanges in flight, close, keep the records."""
+        if not self.closed:
+            self.closed = True
+            self.server.wait_idle(DRAIN_S)
+            self.server.close()
+            self.exchanges = self.server.exchanges()
+        return self.exchanges
+
+
+def _journal(run: RunCore) -> Journal:
+    """A journal object of the batch's own on the run's journal folder (the appends of
+    several proxies and processes are serialised by the journal's lock on its index)."""
+    if run.journal is not None:
+        return Journal(
+            run.journal.directory, run.journal.mode, allow_live_miss=run.journal.allow_live_miss
+        )
+    return Journal(run.state_dir / "journals" / run.run_id, "live")
+
+
+def upstream_of(route: ModelRoute, host_env: Mapping[str, str]) -> Upstream:
+    """The proxy's upstream for a route: its origin, its path prefix, and the operator's key
+    from ``key_env`` (unset or empty: no credential is injected)."""
+    key = host_env.get(route.key_env) if route.key_env else None
+    return Upstream(
+        route.route, route.family, route.origin, credential=key or None, path_prefix=route.prefix
+    )
+
+
+def agent_env(routes: Sequence[ModelRoute], port: int) -> dict[str, str]:
+    """The proxied agent's variables (no secret in any of them)."""
+    proxy = f"http://{LOOPBACK}:{port}"
+    env: dict[str, str] = {}
+    for route in routes:
+        base = f"{proxy}/{route.route}{route.base_path}"
+        if route.family == "anthropic" and "ANTHROPIC_BASE_URL" not in env:
+            env["ANTHROPIC_BASE_URL"] = base
+            env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
+        elif route.family == "openai" and "OPENAI_BASE_URL" not in env:
+            env["OPENAI_BASE_URL"] = base
+            env["OPENAI_API_KEY"] = PLACEHOLDER_KEY
+            env["CODEX_API_KEY"] = PLACEHOLDER_KEY
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
+        env[name] = proxy
+    env["NO_PROXY"] = env["no_proxy"] = f"{LOOPBACK},localhost"
+    return env
+
+
+def open_proxy(run: RunCore, io: Path, route_names: Sequence[str], *, bridged: bool) -> BatchProxy:
+    """Start the batch's proxy (serving before the spawn is recorded)."""
+    routes = tuple(
+        found for found in (resolve(name, run.plan.models) for name in route_names) if found
+    )
+    allow = AllowList([upstream_of(route, run.sandbox.host_env) for route in routes])
+    journal = _journal(run)
+    if bridged:
+        path = io / SOCKET_NAME
+        server = ProxyServer(allow, journal, unix_path=path)
+        port = BRIDGE_PORT
+    else:
+        path = None
+        server = ProxyServer(allow, journal)
+        port = server.port
+    server.start()
+    return BatchProxy(server, routes, bridged, path, agent_env(routes, port))
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+def exchange_body(batch: str, exchange: Exchange) -> dict[str, Any]:
+    """The ``model.exchange`` record (replay store): what the proxy observed, never its
+    ``source`` (that differs between a run and its replay: ``model.source``, audit store)."""
+    return {
+        "batch": batch,
+        "seq": exchange.seq,
+        "route": exchange.route,
+        "method": exchange.method,
+        "path": exchange.path,
+        "outcome": exchange.outcome,
+        "status": exchange.status,
+        "family": exchange.family,
+        "api": exchange.api,
+        "upstream": exchange.upstream,
+        "key": exchange.key,
+        "model": exchange.model,
+        "stream": exchange.stream,
+        "parameters": dict(exchange.parameters) if exchange.parameters is not None else None,
+        "request_sha256": exchange.request_sha256,
+        "response_sha256": exchange.response_sha256,
+        "journaled": exchange.journaled,
+        "usage": exchange.usage.body() if exchange.usage is not None else None,
+        "dropped_credentials": list(exchange.dropped_credentials),
+        "reason": exchange.reason,
+        "response_bytes": exchange.response_bytes,
+    }
+
+
+def source_body(batch: str, exchange: Exchange) -> dict[str, Any]:
+    """The ``model.source`` record (audit store) of an answered exchange."""
+    return {"batch": batch, "seq": exchange.seq, "source": exchange.source}
+
+
+def exchange_tokens(exchanges: Sequence[Exchange]) -> tuple[int, int]:
+    """(input, output) tokens the API reported over a batch's answered exchanges.
+
+    Anthropic's ``input_tokens`` excludes cache traffic, so its ``cache_read`` and
+    ``cache_write`` are added (as ``harness.orchestrate.usage`` does for Claude's own
+    report); OpenAI's input already includes its cached part. Saturates at 2^53 - 1.
+    """
+    total_in = total_out = 0
+    for exchange in exchanges:
+        usage = exchange.usage
+        if exchange.outcome != "answered" or usage is None:
+            continue
+        figure = usage.input_tokens or 0
+        if exchange.family == "anthropic":
+            figure += (usage.cache_read or 0) + (usage.cache_write or 0)
+        total_in += figure
+        total_out += usage.output_tokens or 0
+    return min(total_in, MAX_FIGURE), min(total_out, MAX_FIGURE)
+
+
+def first_miss(exchanges: Sequence[Exchange]) -> Exchange | None:
+    """The first exchange strict replay could not answer (it aborts the run)."""
+    return next((e for e in exchanges if e.outcome == "replay-miss"), None)
+
+
+class ProxiedMeter(UsageMeter):
+    """A proxied batch's meter: tokens from the proxy's exchanges so far (what the API
+    reported, never the agent), cost from the adapter's own report when it has one (the
+    proxy sees no prices)."""
+
+    def __init__(self, proxy: BatchProxy, adapter: UsageMeter | None) -> None:
+        super().__init__()
+        self.proxy = proxy
+        self.adapter = adapter
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        if self.adapter is not None:
+            self.adapter.feed(stream, chunk)
+
+    def close(self) -> None:
+        if self.adapter is not None:
+            self.adapter.close()
+
+    def usage(self) -> Usage:
+        exchanges = self.proxy.exchanges if self.proxy.closed else self.proxy.server.exchanges()
+        tokens_in, tokens_out = exchange_tokens(exchanges)
+        claimed = self.adapter.usage() if self.adapter is not None else None
+        cost = claimed.cost_micros if claimed is not None else None
+        return Usage(input_tokens=tokens_in, output_tokens=tokens_out, cost_micros=cost)

@@ -1,0 +1,371 @@
+"""Real CLI agents through the recording proxy, end to end (issue 18 A, B, C).
+
+Fake ``claude`` and ``codex`` executables (tests/fake_agent_cli.py) on a PATH folder speak the
+output formats the adapters parse and call their model through ``ANTHROPIC_BASE_URL`` /
+``OPENAI_BASE_URL`` as the real CLIs do; the plan's ``[models.*]`` point at the fake model
+server on 127.0.0.1. Real git, real processes, real sockets (every port chosen by the kernel:
+no fixed port, so no shared xdist scope is needed; the bridge's 8377 lives in each sandbox's
+own network namespace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.orchestrate.capabilities import DEFAULT_MATRIX, Tag
+from harness.orchestrate.clock import LogicalClock
+from harness.orchestrate.demo import make_repo
+from harness.orchestrate.plan import parse_plan
+from harness.orchestrate.replay import Journal
+from harness.orchestrate.runner.job import BatchJob
+from harness.orchestrate.runtime import RunAbortedError, Runtime
+from harness.orchestrate.sandbox import Settings, probe
+from harness.receipts.keys import OperatorKeys
+from harness.verify.canonical import parse_canonical
+from harness.verify.fsm import TaskState
+
+from .evidence_helpers import make_keys
+from .fake_model_server import FakeModelServer
+
+DATE = "2026-01-01T00:00:00+00:00"
+ANT_KEY = "sk-ant-operator-secret-r2"
+OAI_KEY = "sk-oai-operator-secret-r2"
+FAKE_CLI = Path(__file__).resolve().parent / "fake_agent_cli.py"
+# Unsandboxed (kind none) lowers no risk: the test matrix gives the fake CLIs two tags only.
+UNSANDBOXED_MATRIX = dataclasses.replace(
+    DEFAULT_MATRIX,
+    adapters={
+        **DEFAULT_MATRIX.adapters,
+        "claude": frozenset({Tag.UNTRUSTED_INPUT, Tag.EXTERNAL_COMM}),
+        "codex": frozenset({Tag.UNTRUSTED_INPUT, Tag.EXTERNAL_COMM}),
+    },
+)
+BWRAP = probe("bwrap")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeModelServer]:
+    server = FakeModelServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def cli_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PATH folder with executables ``claude`` and ``codex`` (the fake CLI), first on
+    PATH; the operator's keys in the runtime's environment."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    source = FAKE_CLI.read_text(encoding="utf-8")
+    for name in ("claude", "codex"):
+        path = folder / name
+        path.write_text(f"#!{os.path.abspath(sys.executable)}\n{source}", encoding="utf-8")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    monkeypatch.setenv("R2_ANT_KEY", ANT_KEY)
+    monkeypatch.setenv("R2_OAI_KEY", OAI_KEY)
+    return folder
+
+
+@pytest.fixture
+def kept_io(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each batch's io folder copied aside before the runtime removes it (what the agent
+    wrote there: its environment)."""
+    out = tmp_path / "kept-io"
+    out.mkdir()
+    original = BatchJob.cleanup
+
+    def cleanup(self: BatchJob) -> None:
+        if self.dirs.io.is_dir():
+            target = out / f"{self.run.run_id}-{self.batch.id}"
+            skip = shutil.ignore_patterns("*.sock")
+            shutil.copytree(self.dirs.io, target, dirs_exist_ok=True, ignore=skip)
+        original(self)
+
+    monkeypatch.setattr(BatchJob, "cleanup", cleanup)
+    return out
+
+
+def _plan(fake: FakeModelServer, *prompts: tuple[str, str, str]) -> dict[str, Any]:
+    """Tasks (id, adapter, prompt) with the fake server as both model routes."""
+    gate = {"name": "ok", "command": [sys.executable, "-c", "pass"], "timeout_s": 30}
+    return {
+        "plan": {"name": "p", "settle_ticks": 1, "max_in_flight": 1},
+        "models": {
+            "anthropic": {"family": "anthropic", "base": fake.base, "key_env": "R2_ANT_KEY"},
+            "openai": {"family": "openai", "base": fake.base + "/v1", "key_env": "R2_OAI_KEY"},
+        },
+        "task": [
+            {"id": task, "role": f"r-{task}", "prompt": prompt, "adapter": adapter,
+             "scope": [f"answer-{adapter}.txt"], "gates": [gate]}
+            for task, adapter, prompt in prompts
+        ],
+    }  # fmt: skip
+
+
+def _runtime(
+    repo: Path, plan: dict[str, Any], keys: OperatorKeys, journal: Journal, **kwargs: Any
+) -> Runtime:
+    kwargs.setdefault("sandbox", Settings(opt_out=True))
+    kwargs.setdefault("capabilities", UNSANDBOXED_MATRIX)
+    return Runtime(
+        repo=repo,
+        plan=parse_plan(plan),
+        state_dir=repo / ".harness",
+        keys=keys,
+        run_id="r1",
+        clock=LogicalClock(),
+        journal=journal,
+        git_date=DATE,
+        grace_s=0.5,
+        work_root=repo.parent / "work",
+        **kwargs,
+    )
+
+
+def _records(repo: Path, store: str) -> list[dict[str, Any]]:
+    path = repo / ".harness" / "runs" / "r1" / f"{store}.jsonl"
+    return [parse_canonical(line) for line in path.read_bytes().splitlines()]
+
+
+def _kinds(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [record["body"] for record in records if record["kind"] == kind]
+
+
+def _fresh(root: Path) -> Path:
+    repo = root / "repo"
+    make_repo(repo)
+    return repo
+
+
+def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path, kept_io: Path
+) -> None:
+    repo = _fresh(tmp_path / "a")
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "claude", "fix it TWICE OFFLIST"), ("t2", "codex", "fix STREAM"))
+    journal = Journal(repo / ".harness" / "journals" / "r1", "live")
+    summary = _runtime(repo, plan, keys, journal).run()
+    assert summary.states == {"t1": TaskState.DONE, "t2": TaskState.DONE}
+    audit, replay = _records(repo, "audit"), _records(repo, "replay")
+    exchanges = _kinds(replay, "model.exchange")
+    # claude: two answered, one off-list host (absolute URI via HTTP_PROXY), one unknown route
+    by_batch: dict[str, list[dict[str, Any]]] = {}
+    for body in exchanges:
+        by_batch.setdefault(body["batch"], []).append(body)
+    assert sorted(by_batch) == ["b0001", "b0002"]
+    first, second = by_batch["b0001"], by_batch["b0002"]
+    assert [e["seq"] for e in first] == sorted(e["seq"] for e in first)
+    assert [e["outcome"] for e in first] == ["answered", "answered", "refused", "refused"]
+    assert "example.invalid" in first[2]["reason"] and first[2]["status"] == 403
+    assert "'nowhere' is not on the allow-list" in first[3]["reason"]
+    assert [(e["outcome"], e["api"], e["stream"]) for e in second] == [
+        ("answered", "openai-responses", True)
+    ]
+    for body in first[:2] + second:
+        assert body["journaled"] is True and body["status"] == 200
+        assert body["usage"]["input_tokens"] > 0 and body["usage"]["output_tokens"] > 0
+        assert len(body["key"]) == 64 and body["upstream"] == fake.base
+    assert first[0]["dropped_credentials"] == ["x-api-key"]
+    # one model.source per answered exchange, before its batch's agent.exit
+    kinds = [(r["kind"], r["body"].get("batch")) for r in audit]
+    sources = _kinds(audit, "model.source")
+    assert [(s["batch"], s["seq"], s["source"]) for s in sources] == [
+        (e["batch"], e["seq"], "live") for e in exchanges if e["outcome"] == "answered"
+    ]
+    for batch in ("b0001", "b0002"):
+        exit_at = kinds.index(("agent.exit", batch))
+        assert all(i < exit_at for i, k in enumerate(kinds) if k == ("model.source", batch))
+    # the profile's egress is the allow-list; network stays what the process can do itself
+    spawns = _kinds(audit, "agent.spawn")
+    assert [[item["route"] for item in s["sandbox"]["egress"]] for s in spawns] == [
+        ["anthropic"],
+        ["openai"],
+    ]
+    assert spawns[0]["sandbox"]["egress"][0]["credential"] is True
+    # the upstream saw the operator's keys, the agent only the placeholder
+    seen = {s.path: s.headers for s in fake.seen}
+    assert seen["/v1/messages"]["x-api-key"] == ANT_KEY
+    assert seen["/v1/responses"]["authorization"] == f"Bearer {OAI_KEY}"
+    for batch in ("b0001", "b0002"):
+        dumped = json.loads((kept_io / f"r1-{batch}" / "agent.json").read_text())
+        env = dumped["env"]
+        assert ANT_KEY not in json.dumps(env) and OAI_KEY not in json.dumps(env)
+        assert "R2_ANT_KEY" not in env and "R2_OAI_KEY" not in env
+        assert env["HTTP_PROXY"].startswith("http://127.0.0.1:")
+    claude_env = json.loads((kept_io / "r1-b0001" / "agent.json").read_text())
+    assert claude_env["env"]["ANTHROPIC_API_KEY"] == "harness-proxy"
+    assert claude_env["offlist"] == 403 and claude_env["offroute"] == 403
+    # budgets: the proxy's figures, not the CLI's made-up 999999
+    exits = {e["batch"]: e["usage"] for e in _kinds(audit, "agent.exit")}
+    for batch, bodies in by_batch.items():
+        answered = [b["usage"] for b in bodies if b["outcome"] == "answered"]
+        cache = [u["cache_read"] + u["cache_write"] for u in answered] if batch == "b0001" else []
+        assert exits[batch]["input_tokens"] == sum(u["input_tokens"] for u in answered) + sum(cache)
+        assert exits[batch]["output_tokens"] == sum(u["output_tokens"] for u in answered)
+    assert exits["b0001"]["cost_micros"] == 500000  # cost: the CLI's own report (no prices)
+    # the adapter's own claims stay model.call records, apart from the observations
+    assert [c["adapter"] for c in _kinds(replay, "model.call")] == ["claude", "codex"]
+
+
+def _copy_journal(source: Path, target: Path, *, empty: bool = False) -> None:
+    journal = Path(".harness") / "journals" / "r1"
+    shutil.copytree(source / journal, target / journal)
+    if empty:
+        (target / journal / "journal.jsonl").write_bytes(b"")
+
+
+def test_replay_offline_is_byte_identical_and_a_miss_aborts(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "claude", "fix it TWICE"), ("t2", "codex", "fix STREAM"))
+    first = _fresh(tmp_path / "a")
+    _runtime(first, plan, keys, Journal(first / ".harness" / "journals" / "r1", "live")).run()
+    assert len(fake.seen) == 3
+    fake.stop()  # offline from here: nothing may reach the model
+    second = _fresh(tmp_path / "b")
+    _copy_journal(first, second)
+    journal = Journal(second / ".harness" / "journals" / "r1", "replay")
+    summary = _runtime(second, plan, keys, journal).run()
+    assert summary.states == {"t1": TaskState.DONE, "t2": TaskState.DONE}
+    for store in ("lineage", "replay"):
+        a = (first / ".harness" / "runs" / "r1" / f"{store}.jsonl").read_bytes()
+        b = (second / ".harness" / "runs" / "r1" / f"{store}.jsonl").read_bytes()
+        assert a == b, store
+    assert {s["source"] for s in _kinds(_records(second, "audit"), "model.source")} == {"journal"}
+    # a miss: the same plan with an empty journal aborts the run, recorded and sealed
+    third = _fresh(tmp_path / "c")
+    _copy_journal(first, third, empty=True)
+    journal = Journal(third / ".harness" / "journals" / "r1", "replay")
+    with pytest.raises(RunAbortedError, match="replay miss"):
+        _runtime(third, plan, keys, journal).run()
+    audit = _records(third, "audit")
+    assert audit[-1]["kind"] == "run.end"
+    assert audit[-1]["body"]["outcome"] == "aborted: replay miss"
+    exchanges = _kinds(_records(third, "replay"), "model.exchange")
+    assert exchanges[0]["outcome"] == "replay-miss" and exchanges[0]["status"] == 502
+    assert _kinds(audit, "model.source") == []
+    failed = [b for b in _kinds(audit, "task.transition") if b["to"] == "failed"]
+    assert failed and "replay miss: " in failed[0]["reason"]
+
+
+def test_allow_live_miss_goes_live_and_is_marked(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "claude", "fix it"))
+    repo = _fresh(tmp_path / "a")
+    journal_dir = repo / ".harness" / "journals" / "r1"
+    journal_dir.mkdir(parents=True)
+    journal = Journal(journal_dir, "replay", allow_live_miss=True)
+    summary = _runtime(repo, plan, keys, journal).run()
+    assert summary.states == {"t1": TaskState.DONE}
+    sources = _kinds(_records(repo, "audit"), "model.source")
+    assert [s["source"] for s in sources] == ["live-miss"]
+    assert len(fake.seen) == 1
+    assert Journal(journal_dir, "live").entries()  # the live answer was added to that journal
+
+
+@pytest.mark.skipif(not BWRAP.available, reason=f"no bubblewrap sandbox: {BWRAP.reason}")
+def test_sandboxed_agent_reaches_only_the_proxy(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path, kept_io: Path
+) -> None:
+    keys = make_keys()
+    prompt = f"fix it OFFLIST DIRECT 127.0.0.1:{fake.port}"
+    plan = _plan(fake, ("t1", "claude", prompt), ("t2", "codex", "fix"))
+    repo = _fresh(tmp_path / "a")
+    journal = Journal(repo / ".harness" / "journals" / "r1", "live")
+    summary = _runtime(
+        repo, plan, keys, journal, sandbox=Settings(), capabilities=DEFAULT_MATRIX
+    ).run()
+    assert summary.states == {"t1": TaskState.DONE, "t2": TaskState.DONE}
+    audit = _records(repo, "audit")
+    spawns = _kinds(audit, "agent.spawn")
+    for spawn in spawns:
+        assert spawn["sandbox"]["kind"] == "bwrap" and spawn["sandbox"]["network"] is False
+        assert "net" in spawn["sandbox"]["namespaces"] and spawn["sandbox"]["egress"]
+    dumped = json.loads((kept_io / "r1-b0001" / "agent.json").read_text())
+    assert dumped["env"]["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8377/anthropic"
+    assert dumped["direct"].startswith("refused")  # the host's loopback is not reachable
+    assert dumped["offlist"] == 403
+    assert ANT_KEY not in json.dumps(dumped["env"])
+    exchanges = _kinds(_records(repo, "replay"), "model.exchange")
+    assert [e["outcome"] for e in exchanges] == ["answered", "refused", "refused", "answered"]
+    assert fake.seen[0].headers["x-api-key"] == ANT_KEY
+
+
+@pytest.mark.skipif(not BWRAP.available, reason=f"no bubblewrap sandbox: {BWRAP.reason}")
+def test_cli_replay_with_the_logical_clock_is_byte_identical(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    """``harness run`` live, then ``harness run --replay RUN --logical-clock`` in a second
+    state folder with the same keys and a copy of the journal, the model server stopped."""
+    keys_dir = tmp_path / "keys"
+    env = {**os.environ}
+    subprocess.run([sys.executable, "-m", "harness.cli", "keys", "--keys", str(keys_dir)],
+                   check=False, capture_output=True, env=env)  # fmt: skip
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(_toml(_plan(fake, ("t1", "claude", "fix it TWICE"))), encoding="utf-8")
+    first = _fresh(tmp_path / "a")
+    harness = [sys.executable, "-c", "from harness.cli import main; main()"]
+    init = subprocess.run([*harness, "init", "--repo", str(first), "--keys", str(keys_dir)],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    live = subprocess.run(
+        [*harness, "run", str(plan_file), "--repo", str(first), "--run", "r1",
+         "--logical-clock", "--keys", str(keys_dir)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert live.returncode == 0, live.stdout + live.stderr
+    fake.stop()
+    second = _fresh(tmp_path / "b")
+    _copy_journal(first, second)
+    replay = subprocess.run(
+        [*harness, "run", str(plan_file), "--repo", str(second), "--replay", "r1",
+         "--logical-clock", "--keys", str(keys_dir)],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    for store in ("lineage", "replay"):
+        a = (first / ".harness" / "runs" / "r1" / f"{store}.jsonl").read_bytes()
+        b = (second / ".harness" / "runs" / "r1" / f"{store}.jsonl").read_bytes()
+        assert a == b, store
+
+
+def _toml(doc: dict[str, Any]) -> str:
+    """The test plans as TOML (strings, integers, arrays and tables only)."""
+
+    def value(item: Any) -> str:
+        if isinstance(item, str):
+            return json.dumps(item)
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, int):
+            return str(item)
+        if isinstance(item, list):
+            return "[" + ", ".join(value(x) for x in item) + "]"
+        if isinstance(item, dict):
+            return "{" + ", ".join(f"{json.dumps(k)} = {value(v)}" for k, v in item.items()) + "}"
+        raise TypeError(item)
+
+    lines = ["[plan]"] + [f"{k} = {value(v)}" for k, v in doc["plan"].items()]
+    for route, table in doc.get("models", {}).items():
+        lines += [f"[models.{route}]"] + [f"{k} = {value(v)}" for k, v in table.items()]
+    for task in doc["task"]:
+        lines.append("[[task]]")
+        lines += [f"{k} = {value(v)}" for k, v in task.items() if k != "gates"]
+        for gate in task.get("gates", []):
+            lines.append("[[task.gates]]")
+            lines += [f"{k} = {value(v)}" for k, v in gate.items()]
+    return "\n".join(lines) + "\n"
