@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.verify import recordkinds as rk
 from harness.verify import records as r
 from harness.verify.fsm import TaskState
 
@@ -58,6 +59,29 @@ def _checkers() -> dict[Any, dict[str, Any]]:
         },
         r._opt_nat: {
             "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 0, "maximum": SAFE}]
+        },
+        r._outcome: {"enum": list(rk.EXCHANGE_OUTCOMES)},
+        r._opt_family: {"oneOf": [{"type": "null"}, {"enum": list(rk.MODEL_FAMILIES)}]},
+        r._opt_api: {"oneOf": [{"type": "null"}, {"enum": list(rk.MODEL_APIS)}]},
+        r._source: {"enum": list(rk.MODEL_SOURCES)},
+        r._opt_usage: {
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": list(rk.USAGE_MEMBERS),
+                    "properties": {
+                        name: {
+                            "oneOf": [
+                                {"type": "null"},
+                                {"type": "integer", "minimum": 0, "maximum": SAFE},
+                            ]
+                        }
+                        for name in rk.USAGE_MEMBERS
+                    },
+                },
+            ]
         },
         r._reading_list: {
             "type": "array",

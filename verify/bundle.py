@@ -459,7 +459,7 @@ class _Pass:
             run.semantics = run_semantics(
                 run.claim.run, run.small.get(plan_member(run.claim.run)), run.small
             )
-        semantics = run.semantics if store in ("audit", "control", "events", "lineage") else None
+        semantics = run.semantics if store in STORES else None
         counts = self.counts
 
         def fold(record: Record, line: bytes) -> None:
@@ -490,6 +490,8 @@ class _Pass:
                         semantics.control(record, where)
                     elif store == "events":
                         semantics.events(record, where)
+                    elif store == "replay":
+                        semantics.replay(record, where)
                     elif semantics.declared:  # as check_run_semantics: no tasks, no lineage pass
                         semantics.lineage(record, where)
                 except VerificationError as exc:

@@ -180,6 +180,48 @@ def _opt_nat(value: Any) -> str | None:
     return None if value is None else _nat(value)
 
 
+EXCHANGE_OUTCOMES: Final = ("answered", "refused", "replay-miss", "error")
+"""``model.exchange.outcome``: what the proxy did with one request (docs/spec/proxy.md §7)."""
+MODEL_FAMILIES: Final = ("anthropic", "openai")
+MODEL_APIS: Final = ("anthropic-messages", "openai-chat", "openai-responses", "other")
+MODEL_SOURCES: Final = ("live", "journal", "live-miss")
+"""``model.source.source``: where an answered exchange's answer came from."""
+USAGE_MEMBERS: Final = ("cache_read", "cache_write", "input_tokens", "output_tokens")
+"""The members of ``model.exchange.usage``, exactly (each a count or null)."""
+
+
+def _outcome(value: Any) -> str | None:
+    ok = type(value) is str and value in EXCHANGE_OUTCOMES
+    return None if ok else "one of " + ", ".join(EXCHANGE_OUTCOMES)
+
+
+def _opt_family(value: Any) -> str | None:
+    ok = value is None or (type(value) is str and value in MODEL_FAMILIES)
+    return None if ok else "null or one of " + ", ".join(MODEL_FAMILIES)
+
+
+def _opt_api(value: Any) -> str | None:
+    ok = value is None or (type(value) is str and value in MODEL_APIS)
+    return None if ok else "null or one of " + ", ".join(MODEL_APIS)
+
+
+def _source(value: Any) -> str | None:
+    ok = type(value) is str and value in MODEL_SOURCES
+    return None if ok else "one of " + ", ".join(MODEL_SOURCES)
+
+
+def _opt_usage(value: Any) -> str | None:
+    if value is None:
+        return None
+    if (
+        type(value) is not dict
+        or sorted(value) != list(USAGE_MEMBERS)
+        or any(_opt_nat(value[name]) for name in USAGE_MEMBERS)
+    ):
+        return "null or {input_tokens, output_tokens, cache_read, cache_write}: counts or null"
+    return None
+
+
 BodySpec = Mapping[str, tuple[bool, Checker]]
 _TASK_STATES: Final = frozenset(state.value for state in TaskState)
 
@@ -281,6 +323,11 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "duration_ms": (True, _nat),
             "anomaly": (True, _opt_str),
             "usage": (True, _opt_object),
+        },
+        "model.source": {
+            "batch": (True, _str),
+            "seq": (True, _nat),
+            "source": (True, _source),
         },
         "orphan.reaped": {
             "batch": (True, _str),
@@ -526,6 +573,29 @@ BODY_SPECS: Final[Mapping[str, Mapping[str, BodySpec]]] = {
             "model": (True, _str),
             "request_sha256": (True, _hex64),
             "response_sha256": (True, _hex64),
+        },
+        "model.exchange": {
+            "batch": (True, _str),
+            "seq": (True, _nat),
+            "route": (True, _str),
+            "method": (True, _str),
+            "path": (True, _str),
+            "outcome": (True, _outcome),
+            "status": (True, _nat),
+            "family": (True, _opt_family),
+            "api": (True, _opt_api),
+            "upstream": (True, _opt_str),
+            "key": (True, _opt_hex64),
+            "model": (True, _opt_str),
+            "stream": (True, _bool),
+            "parameters": (True, _opt_object),
+            "request_sha256": (True, _opt_hex64),
+            "response_sha256": (True, _opt_hex64),
+            "journaled": (True, _bool),
+            "usage": (True, _opt_usage),
+            "dropped_credentials": (True, _str_list),
+            "reason": (True, _opt_str),
+            "response_bytes": (True, _nat),
         },
         "store.recovered": QUARANTINE_BODY,
     },

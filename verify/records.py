@@ -44,14 +44,19 @@ from .recordkinds import (
     _nat,
     _nat_list,
     _object,
+    _opt_api,
     _opt_command_id,
+    _opt_family,
     _opt_git_mode,
     _opt_hex64,
     _opt_int,
     _opt_nat,
     _opt_object,
     _opt_str,
+    _opt_usage,
+    _outcome,
     _reading_list,
+    _source,
     _str,
     _str_list,
     _task_state,
@@ -216,6 +221,11 @@ _PATTERNS: Final[dict[Checker, bytes]] = {
     _action_list: rb"\[.*?\]",
     _reading_list: rb"\[.*?\]",
     _opt_nat: rb"(?:null|0|[1-9][0-9]*)",
+    _outcome: rb'"(?:answered|refused|replay-miss|error)"',
+    _opt_family: rb'(?:null|"(?:anthropic|openai)")',
+    _opt_api: rb'(?:null|"(?:anthropic-messages|openai-chat|openai-responses|other)")',
+    _source: rb'"(?:live|journal|live-miss)"',
+    _opt_usage: rb"(?:null|\{.*?\})",
 }
 
 
@@ -250,7 +260,9 @@ def _line_pattern(store: str, run: str) -> re.Pattern[bytes]:
     )
 
 
-_WALKED: Final = frozenset({_object, _opt_object, _commit_list, _action_list, _reading_list})
+_WALKED: Final = frozenset(
+    {_object, _opt_object, _commit_list, _action_list, _reading_list, _opt_usage}
+)
 """Checkers whose fast-path pattern is loose: kinds using them also get ``check_body``."""
 _FREE_FORM_KINDS: Final = {
     store: frozenset(

@@ -1,8 +1,8 @@
 """The per-run folds that ``harness.verify.semantics`` runs beside its own lifecycle check.
 
 Each check sees a run's audit records in store order, then its control records, then (if
-it is an ``EventsReader``) its events records, then its lineage records (the bundle's member
-order), then ``finish``; it raises a
+it is an ``EventsReader``) its events records, then its lineage records, then (if it is a
+``ReplayReader``) its replay records (the bundle's member order), then ``finish``; it raises a
 ``VerificationError`` subclass naming the record (``where``) and the reason. One module per
 concern (write locks, budgets, attempts, ...) keeps ``semantics`` small; this
 registry is the one place that lists them, in the order they run.
@@ -38,6 +38,14 @@ class EventsReader(Protocol):
     def events(self, record: Record, where: str) -> None: ...
 
 
+@runtime_checkable
+class ReplayReader(Protocol):
+    """A run check that also reads the run's replay store (last: after its lineage records):
+    the exchanges check. Others need not implement it."""
+
+    def replay(self, record: Record, where: str) -> None: ...
+
+
 RunCheckFactory = Callable[[str, bytes | None], RunCheck]
 """``(run id, plan member bytes or None) -> RunCheck``."""
 
@@ -70,6 +78,7 @@ def run_checks(
     from .commandcheck import command_check
     from .controlcheck import control_check
     from .eventcheck import event_check
+    from .exchangecheck import exchange_check
     from .lifecyclecheck import lifecycle_check
     from .lockcheck import lock_check
     from .reviewcheck import review_check
@@ -87,5 +96,6 @@ def run_checks(
         review_check,
         control_check,
         event_check,
+        exchange_check,
     ]
     return [make(run, plan) for make in makers]

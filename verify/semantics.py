@@ -26,7 +26,7 @@ from .fsm import INITIAL, TaskState, is_legal
 from .layout import plan_member
 from .policycheck import PolicyCheck
 from .records import Record
-from .runchecks import EventsReader, RunCheck, run_checks
+from .runchecks import EventsReader, ReplayReader, RunCheck, run_checks
 
 
 class SemanticsError(VerificationError):
@@ -140,6 +140,12 @@ class RunSemantics:
             if isinstance(check, EventsReader):
                 check.events(record, where)
 
+    def replay(self, record: Record, where: str) -> None:
+        """A replay store record: only the checks that read it see them (model exchanges)."""
+        for check in self.checks:
+            if isinstance(check, ReplayReader):
+                check.replay(record, where)
+
     def lineage(self, record: Record, where: str) -> None:
         if self.policy is not None:
             self.policy.lineage(record, where)
@@ -186,10 +192,11 @@ def check_run_semantics(
     control: Iterable[tuple[Record, str]] = (),
     members: Mapping[str, bytes] | None = None,
     events: Iterable[tuple[Record, str]] = (),
+    replay: Iterable[tuple[Record, str]] = (),
 ) -> RunSemantics:
-    """Check one run; ``audit``/``control``/``events``/``lineage`` yield (record, location) in
-    store order, ``plan`` is the run's plan member (None when the bundle has none), ``members``
-    its rounds text members by name."""
+    """Check one run; ``audit``/``control``/``events``/``lineage``/``replay`` yield (record,
+    location) in store order, ``plan`` is the run's plan member (None when the bundle has
+    none), ``members`` its rounds text members by name."""
     semantics = run_semantics(run, plan, members)
     for record, where in audit:
         semantics.audit(record, where)
@@ -200,5 +207,7 @@ def check_run_semantics(
     if semantics.declared:  # without runtime records there is nothing to attribute: skip the pass
         for record, where in lineage:
             semantics.lineage(record, where)
+    for record, where in replay:
+        semantics.replay(record, where)
     semantics.finish()
     return semantics
