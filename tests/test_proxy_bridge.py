@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from harness.orchestrate.proc import run_process
-from harness.orchestrate.proxy import ProxyServer
+from harness.orchestrate.proxy import Limits, ProxyServer
 from harness.orchestrate.proxy.bridge import DEFAULT_PORT, MODULE, bridge_argv
 from harness.orchestrate.proxy.server import SocketPathError
 from harness.orchestrate.replay import Journal
@@ -162,6 +162,29 @@ def test_a_socket_path_longer_than_sun_path_works(fake: FakeModelServer, tmp_pat
     assert done.returncode == 0, done.stderr.decode()
     assert json.loads(done.stdout.splitlines()[0])["status"] == 200
     assert not os.path.lexists(sock)
+
+
+def test_the_unix_proxy_keeps_the_deadline_and_the_connection_bound(
+    fake: FakeModelServer, tmp_path: Path
+) -> None:
+    sock = tmp_path / "model.sock"
+    limits = Limits(request_deadline_s=1.5, max_connections=1)
+    journal = Journal(tmp_path / "j", "live")
+    with (
+        ProxyServer(allow_list(fake.base), journal, limits=limits, unix_path=sock),
+        socket.socket(socket.AF_UNIX) as silent,
+        socket.socket(socket.AF_UNIX) as extra,
+    ):
+        silent.settimeout(10)
+        silent.connect(str(sock))
+        silent.sendall(b"POST /anthropic/v1/messages HTTP/1.1\r\n")  # and no more
+        extra.settimeout(10)
+        extra.connect(str(sock))
+        assert extra.recv(4096).startswith(b"HTTP/1.1 503 ")  # one connection at most
+        started = time.monotonic()
+        while silent.recv(4096):  # the watchdog shuts the trickling one
+            pass
+        assert time.monotonic() - started < 8
 
 
 def test_the_tcp_proxy_is_unchanged(fake: FakeModelServer, tmp_path: Path) -> None:
