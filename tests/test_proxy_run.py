@@ -149,11 +149,21 @@ def _fresh(root: Path) -> Path:
 
 
 def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
-    tmp_path: Path, fake: FakeModelServer, cli_path: Path, kept_io: Path
+    tmp_path: Path,
+    fake: FakeModelServer,
+    cli_path: Path,
+    kept_io: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     repo = _fresh(tmp_path / "a")
     keys = make_keys()
     plan = _plan(fake, ("t1", "claude", "fix it TWICE OFFLIST"), ("t2", "codex", "fix STREAM"))
+    # t1 is granted the network (a web tool): unproxied, its adapter's variables would then
+    # be copied from the runtime's environment, CLAUDE_CODE_OAUTH_TOKEN among them
+    plan["task"][0]["tools"] = ["web"]
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", ANT_KEY)
+    # a budget the CLI's own claim (999999 tokens) breaks and the proxy's figures do not
+    plan["task"][1]["budget"] = {"tokens": 5000}
     journal = Journal(repo / ".harness" / "journals" / "r1", "live")
     summary = _runtime(repo, plan, keys, journal).run()
     assert summary.states == {"t1": TaskState.DONE, "t2": TaskState.DONE}
@@ -201,7 +211,7 @@ def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
         dumped = json.loads((kept_io / f"r1-{batch}" / "agent.json").read_text())
         env = dumped["env"]
         assert ANT_KEY not in json.dumps(env) and OAI_KEY not in json.dumps(env)
-        assert "R2_ANT_KEY" not in env and "R2_OAI_KEY" not in env
+        assert "R2_ANT_KEY" not in env and "CLAUDE_CODE_OAUTH_TOKEN" not in env
         assert env["HTTP_PROXY"].startswith("http://127.0.0.1:")
     claude_env = json.loads((kept_io / "r1-b0001" / "agent.json").read_text())
     assert claude_env["env"]["ANTHROPIC_API_KEY"] == "harness-proxy"
