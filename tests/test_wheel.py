@@ -68,6 +68,14 @@ def test_fresh_venv_install_verifies_a_bundle(wheel: Path, tmp_path: Path) -> No
     if installed.returncode != 0 and "Could not find a version" in installed.stderr:
         pytest.skip(f"no package index reachable: {installed.stderr[-300:]}")
     assert installed.returncode == 0, installed.stderr
+    # the verifier's install is lean (issue 15 §4): typer-slim, not typer with rich, Pygments,
+    # pydantic and shellingham, and no jsonschema (a dev tool here)
+    listed = _run(python, "-m", "pip", "list", "--format", "json")
+    names = {item["name"].lower() for item in json.loads(listed.stdout)}
+    heavy = {"rich", "pygments", "pydantic", "pydantic-core", "shellingham", "typer", "jsonschema"}
+    assert not names & heavy, sorted(names & heavy)
+    assert "typer-slim" in names
+    assert len(names - {"pip", "setuptools", "harness-verify"}) <= 12, sorted(names)
 
     keys = make_keys()
     state = tmp_path / "state"
