@@ -137,8 +137,8 @@ class _Relay:
                     _say(f"cannot reach the proxy at {target.path}: {exc}")
                 return
             self._pump(self.client, self.upstream)
-        except OSError:
-            pass  # a reset or a socket shut by the bridge's exit: the connection just ends
+        except (OSError, ValueError):
+            pass  # a reset, or a socket shut (or closed: ValueError) by the bridge's exit
         finally:
             self.close()
             done.release()
@@ -171,18 +171,19 @@ class _Relay:
                     return  # idle: no byte either way for idle_s
                 for key, events in selector.select(timeout=left):
                     sock = client if key.fileobj is client else upstream
-                    if events & selectors.EVENT_READ:
-                        data = sock.recv(_CHUNK)
-                        if data:
-                            buffers[sock] += data
-                        else:
-                            ended[sock] = True
-                        last = time.monotonic()
-                    if events & selectors.EVENT_WRITE:
-                        source = peer[sock]
-                        sent = sock.send(buffers[source])
-                        del buffers[source][:sent]
-                        last = time.monotonic()
+                    with contextlib.suppress(BlockingIOError, InterruptedError):  # spurious
+                        if events & selectors.EVENT_READ:
+                            data = sock.recv(_CHUNK)
+                            if data:
+                                buffers[sock] += data
+                            else:
+                                ended[sock] = True
+                            last = time.monotonic()
+                        if events & selectors.EVENT_WRITE:
+                            source = peer[sock]
+                            sent = sock.send(buffers[source])
+                            del buffers[source][:sent]
+                            last = time.monotonic()
                 for source in (client, upstream):
                     if ended[source] and not buffers[source] and not passed[source]:
                         peer[source].shutdown(socket.SHUT_WR)
@@ -315,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return failed
     try:
         return _serve(listener, target, child, args.max_connections, args.idle_timeout)
+    except Exception as exc:  # a bug of ours must not orphan the agent or hide its status
+        _say(f"relaying stopped: {type(exc).__name__}: {exc}")
+        assert child.process is not None
+        return exit_status(child.process.wait())
     finally:
         listener.close()
 
@@ -350,13 +355,17 @@ def _serve(
                     _say(f"accept failed: {exc}")
                     time.sleep(0.05)
                     continue
-                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if not slots.acquire(blocking=False):
                     with contextlib.suppress(OSError):
-                        client.setblocking(True)
                         client.settimeout(1.0)
                         client.sendall(_OVERLOADED)
                     client.close()
+                    continue
+                try:
+                    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:  # already reset by the client
+                    client.close()
+                    slots.release()
                     continue
                 relay = _Relay(client, idle_s)
                 relays = [r for r in relays if r.client.fileno() != -1]
