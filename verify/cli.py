@@ -21,6 +21,16 @@ import typer
 from . import textsafe
 from .archive import Limits
 from .report import ExitCode, Report
+from .sigstore_cli import (
+    CertIdentityOption,
+    CertIdentityRegexOption,
+    CertIssuerOption,
+    SigstoreBundleOption,
+    TrustedRootOption,
+    gate_witnessed,
+    sigstore_trust,
+    verify_bundle_witnessed,
+)
 
 # The checks and renderers are imported by the command that uses them, not here: start-up
 # (``--version``, ``--help``, usage errors) stays short, and each command loads only its own.
@@ -288,10 +298,15 @@ def bundle_command(
         int, typer.Option(min=1, help="Refuse bundles whose members add up to more bytes.")
     ] = Limits().max_total_bytes,
     require_sandbox: RequireSandbox = False,
+    sigstore_bundle: SigstoreBundleOption = None,
+    cert_identity: CertIdentityOption = None,
+    cert_identity_regex: CertIdentityRegexOption = None,
+    cert_oidc_issuer: CertIssuerOption = None,
+    trusted_root: TrustedRootOption = None,
 ) -> None:
     """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
     consistency proofs, HMAC chains (with --hmac-key), and whether the signer is pinned."""
-    from .policy import PolicyError, resolve_policy
+    from .policy import DISK, PolicyError, resolve_policy
 
     try:
         pins = resolve_policy(_trusted_keys(trusted_key), policy, Path.cwd())
@@ -300,6 +315,10 @@ def bundle_command(
         raise typer.Exit(ExitCode.USAGE) from None
     if require_sandbox:
         pins = dataclasses.replace(pins, require_sandbox=True)
+    pins, witness = sigstore_trust(
+        pins, sigstore_bundle, cert_identity, cert_identity_regex, cert_oidc_issuer,
+        trusted_root, DISK,
+    )  # fmt: skip
     try:
         master = _read_hmac_key(hmac_key) if hmac_key is not None else None
     except typer.BadParameter as exc:  # one line, not a usage box
@@ -310,13 +329,19 @@ def bundle_command(
     progress = _Progress(enabled=not quiet)
     from .bundle import verify_bundle
 
-    report = verify_bundle(
-        bundle,
-        pins=pins,
-        hmac_master=master,
-        limits=Limits(max_total_bytes=max_bytes),
-        progress=progress,
-    )
+    if witness is not None and problem is None:
+        report = verify_bundle_witnessed(
+            witness, bundle, pins, hmac_master=master,
+            limits=Limits(max_total_bytes=max_bytes), progress=progress,
+        )  # fmt: skip
+    else:
+        report = verify_bundle(
+            bundle,
+            pins=pins,
+            hmac_master=master,
+            limits=Limits(max_total_bytes=max_bytes),
+            progress=progress,
+        )
     progress.done()
     _size_limit_hint(report, max_bytes)
     if problem is not None and report.failure is not None:  # machine formats keep the report
@@ -434,10 +459,15 @@ def gate_command(
         ),
     ] = None,
     require_sandbox: RequireSandbox = False,
+    sigstore_bundle: SigstoreBundleOption = None,
+    cert_identity: CertIdentityOption = None,
+    cert_identity_regex: CertIdentityRegexOption = None,
+    cert_oidc_issuer: CertIssuerOption = None,
+    trusted_root: TrustedRootOption = None,
 ) -> None:
     """Merge gate: pass only if every file changed between --base and --head is covered by a
     merged, attested agent write (or delete) in a verified bundle signed by a pinned key."""
-    from .basepolicy import resolve_gate_policy
+    from .basepolicy import BaseRefReader, resolve_gate_policy
     from .gate import GateUsageError, resolve_commit, run_gate
     from .gate_render import render_gate, render_gate_text, render_markdown
     from .policy import PolicyError
@@ -452,7 +482,15 @@ def gate_command(
         )
         if require_sandbox:
             pins = dataclasses.replace(pins, require_sandbox=True)
-        report = run_gate(where, base, head, bundle, pins)
+        # identity pins: a --trusted-root inside the checkout is read from --base, as keys are
+        pins, witness = sigstore_trust(
+            pins, sigstore_bundle, cert_identity, cert_identity_regex, cert_oidc_issuer,
+            trusted_root, BaseRefReader(where, resolve_commit(where, base)),
+        )  # fmt: skip
+        if witness is not None and bundle.is_file():
+            report = gate_witnessed(witness, where, base, head, bundle, pins)
+        else:
+            report = run_gate(where, base, head, bundle, pins)
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None

@@ -33,7 +33,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import IO, Any, Final, Literal
 
 from .errors import VerificationError
 from .gatecover import (
@@ -311,9 +311,18 @@ def _judge(
     return FileVerdict(change.path, change.status, verdict, reason, **where)
 
 
-def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) -> GateReport:
+def run_gate(
+    repo: Path,
+    base: str,
+    head: str,
+    bundle: Path,
+    pins: TrustPolicy,
+    source: IO[bytes] | None = None,
+) -> GateReport:
     """Judge every file changed between ``base`` and ``head`` against a verified bundle.
 
+    ``source``, when given, is the already opened bundle read instead of ``bundle`` (the
+    Sigstore witness hashes exactly what the verification reads: sigstore_bind).
     Raises GateUsageError when ``repo`` is not a git repository or a ref names no commit.
     """
     from .bundle import verify_bundle_contents
@@ -321,7 +330,12 @@ def run_gate(repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy) 
     base_id = resolve_commit(repo, base)
     head_id = resolve_commit(repo, head)
     changes = changed_files(repo, base_id, head_id)
-    contents = verify_bundle_contents(bundle, keep=_stores_kept, pins=pins)
+    contents = verify_bundle_contents(
+        bundle if source is None else source,  # type: ignore[arg-type]
+        keep=_stores_kept,
+        pins=pins,
+        display_name=str(bundle),
+    )
     verified: Report = contents.report
     report = GateReport(
         passed=False,

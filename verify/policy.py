@@ -25,6 +25,14 @@ Policy file (``harness-verify.toml``; in ``pyproject.toml`` the same under
         "keys/signing.pub",                        # a file, relative to the policy file
     ]
 
+    # optional, instead of or beside keys: a Sigstore bundle over bundle.tar signed by one of
+    # these identities (exact match; identity_regex only when written) pins its signer
+    identities = [
+        { identity = "https://github.com/OWNER/REPO/.github/workflows/ci.yml@refs/heads/main",
+          issuer = "https://token.actions.githubusercontent.com" },
+    ]
+    trusted_root = "sigstore/trusted_root.json"    # relative to the policy file
+
     [require]
     sandbox = true    # optional: every agent and gate of every run ran in a sandbox
 
@@ -51,6 +59,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from .errors import MalformedNoteError
 from .keyids import key_id
 from .note import parse_verifier_key
+from .sigstore_identity import (
+    MAX_TRUSTED_ROOT_SIZE,
+    IdentityError,
+    IdentityPin,
+    SigstoreTrust,
+    check_trusted_root_bytes,
+    identity_pin,
+)
 
 __all__ = [
     "DISK",
@@ -109,6 +125,9 @@ class TrustPolicy:
     require_sandbox: bool = False
     """Refuse trust (exit 3) unless every agent of every runtime run ran in a sandbox
     (``[require] sandbox = true`` or ``--require-sandbox``)."""
+    sigstore: SigstoreTrust | None = None
+    """Identities whose Sigstore bundle over the bundle's bytes pins its signer
+    (``[trust] identities`` + ``trusted_root``, or the identity flags; docs/spec/sigstore.md)."""
 
     def pins(self, key_id_hex: str | None) -> bool:
         """Whether ``key_id_hex`` (any letter case) is pinned by this policy."""
@@ -350,11 +369,17 @@ def policy_from_document(
         raise PolicyError(f"{shown}: no [{prefix}trust] table with keys = [...]")
     if not isinstance(trust, dict):
         raise PolicyError(f"{shown}: {prefix}trust must be a table")
-    unknown = sorted(set(trust) - {"keys"})
+    unknown = sorted(set(trust) - {"keys", "identities", "trusted_root"})
     if unknown:
         names = ", ".join(f"{prefix}trust.{name}" for name in unknown)
-        raise PolicyError(f"{shown}: unknown policy entries: {names} (expected only keys)")
+        raise PolicyError(
+            f"{shown}: unknown policy entries: {names} "
+            "(expected only keys, identities, trusted_root)"
+        )
+    sigstore = _sigstore_trust(trust, path, prefix, reader)
     keys = trust.get("keys")
+    if keys is None and sigstore is not None:
+        return TrustPolicy(frozenset(), shown, require_sandbox, sigstore)
     if keys is None:
         raise PolicyError(f"{shown}: [{prefix}trust] has no keys = [...]")
     if not isinstance(keys, list) or not keys:
@@ -370,7 +395,68 @@ def policy_from_document(
             found.add(parse_trusted_key(item, base=base, reader=reader))
         except PolicyError as exc:
             raise PolicyError(f"{shown}: {prefix}trust.keys[{index}]: {exc}") from None
-    return TrustPolicy(frozenset(found), shown, require_sandbox)
+    return TrustPolicy(frozenset(found), shown, require_sandbox, sigstore)
+
+
+def _identity(item: object, where: str) -> IdentityPin:
+    if not isinstance(item, dict):
+        raise PolicyError(f"{where} must be a table {{ identity = ..., issuer = ... }}")
+    names = set(item)
+    if names not in ({"identity", "issuer"}, {"identity_regex", "issuer"}):
+        raise PolicyError(
+            f"{where} must hold exactly identity (or identity_regex) and issuer, not "
+            f"{', '.join(sorted(names)) or 'nothing'}"
+        )
+    regex = "identity_regex" in item
+    try:
+        return identity_pin(
+            item["identity_regex" if regex else "identity"], item["issuer"], regex=regex
+        )
+    except IdentityError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
+
+
+def read_trusted_root(
+    value: object, base: Path, reader: FileReader, what: str
+) -> tuple[bytes, str]:
+    """The bytes of a trusted root file (relative to ``base``) read through ``reader``, checked
+    to be a Sigstore trusted root; raises :class:`PolicyError`."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise PolicyError(f"{what} must be the path of a trusted_root.json")
+    path = Path(value.strip())
+    if not path.is_absolute():
+        path = Path(os.path.abspath(base / path))
+    data = reader.read(path, MAX_TRUSTED_ROOT_SIZE, "trusted root")
+    try:
+        check_trusted_root_bytes(data, reader.name(path))
+    except IdentityError as exc:
+        raise PolicyError(str(exc)) from None
+    return data, reader.name(path)
+
+
+def _sigstore_trust(
+    trust: dict[str, Any], path: Path, prefix: str, reader: FileReader
+) -> SigstoreTrust | None:
+    """``[trust] identities`` and ``trusted_root``: both or neither."""
+    shown = reader.name(path)
+    identities, root = trust.get("identities"), trust.get("trusted_root")
+    if identities is None and root is None:
+        return None
+    if identities is None or root is None:
+        raise PolicyError(
+            f"{shown}: {prefix}trust.identities and {prefix}trust.trusted_root go together "
+            "(who may sign, and the Sigstore root of trust to check it with)"
+        )
+    if not isinstance(identities, list) or not identities:
+        raise PolicyError(f"{shown}: {prefix}trust.identities must be a non-empty list of tables")
+    pins = tuple(
+        _identity(item, f"{shown}: {prefix}trust.identities[{index}]")
+        for index, item in enumerate(identities)
+    )
+    data, name = read_trusted_root(
+        root, path.parent, reader, f"{shown}: {prefix}trust.trusted_root"
+    )
+    return SigstoreTrust(pins, data, name, shown)
 
 
 def load_policy_file(path: Path, reader: FileReader = DISK) -> TrustPolicy:

@@ -13,15 +13,17 @@ Sigstore bundle, an unknown media type, a file that cannot be read).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Final
+from typing import IO, TYPE_CHECKING, Annotated, Final
 
 import typer
 
 from . import textsafe
+from .archive import Limits
 from .report import ExitCode
 from .sigstore_identity import (
     EXTRA_MISSING,
@@ -30,6 +32,13 @@ from .sigstore_identity import (
     check_trusted_root_bytes,
     identity_pin,
 )
+
+if TYPE_CHECKING:  # the command's own imports stay lazy (start-up time)
+    from .bundle import Progress
+    from .gate import GateReport
+    from .policy import FileReader, TrustPolicy
+    from .report import Report
+    from .sigstore_bind import SigstoreWitness
 
 SIGSTORE_EXIT_HELP: Final = (
     "Exit codes: 0 verified and the identity pinned; 1 invalid (signature, certificate, SCT, "
@@ -183,3 +192,134 @@ def sigstore_command(
 
     write_stdout(render(outcome, fmt.value))
     raise typer.Exit(int(outcome.exit_code))
+
+
+# ---- identity as trust for ``bundle`` and ``gate`` -----------------------------------------
+
+SigstoreBundleOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--sigstore-bundle",
+        help="A Sigstore bundle over this bundle file's exact bytes; if it verifies for a "
+        "pinned identity, the manifest's signer counts as pinned (needs the sigstore extra).",
+    ),
+]
+CertIdentityOption = Annotated[
+    str | None,
+    typer.Option("--cert-identity", help="With --sigstore-bundle: the signer's identity, exactly."),
+]
+CertIdentityRegexOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cert-identity-regex",
+        help="With --sigstore-bundle: the signer's identity as a regex over the whole SAN.",
+    ),
+]
+CertIssuerOption = Annotated[
+    str | None,
+    typer.Option("--cert-oidc-issuer", help="With --sigstore-bundle: the OIDC issuer, exactly."),
+]
+TrustedRootOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--trusted-root",
+        help="With the identity flags: the Sigstore trusted_root.json (the gate reads a path "
+        "inside the checkout from --base).",
+    ),
+]
+
+
+def sigstore_trust(
+    pins: TrustPolicy,
+    sigstore_bundle: Path | None,
+    identity: str | None,
+    identity_regex: str | None,
+    issuer: str | None,
+    trusted_root: Path | None,
+    reader: FileReader,
+) -> tuple[TrustPolicy, SigstoreWitness | None]:
+    """The pins with the Sigstore identities of the flags (which replace the policy's), and
+    the witness to check the bundle with when ``--sigstore-bundle`` is given; exit 2 on any
+    problem (incomplete flags, a trusted root that is not one, the extra missing)."""
+    from .policy import PolicyError, read_trusted_root
+    from .sigstore_bind import SigstoreSetupError, prepare_witness
+    from .sigstore_identity import SigstoreTrust
+
+    flags = identity_pins(identity, identity_regex, issuer)
+    if flags and trusted_root is None:
+        raise _fail("the identity flags need --trusted-root ROOT.json (the Sigstore root of trust)")
+    if trusted_root is not None and not flags:
+        raise _fail("--trusted-root goes with --cert-identity and --cert-oidc-issuer")
+    if flags and sigstore_bundle is None:
+        raise _fail("--cert-identity pins the signer of a --sigstore-bundle: give that bundle")
+    if flags:
+        assert trusted_root is not None
+        try:
+            data, name = read_trusted_root(str(trusted_root), Path.cwd(), reader, "--trusted-root")
+        except PolicyError as exc:
+            raise _fail(textsafe.text(exc)) from None
+        pins = dataclasses.replace(
+            pins, sigstore=SigstoreTrust(tuple(flags), data, name, "the identity flags")
+        )
+    if sigstore_bundle is None:
+        return pins, None
+    if pins.sigstore is None:
+        raise _fail(
+            "--sigstore-bundle needs a pinned identity: --cert-identity ID --cert-oidc-issuer "
+            "ISS --trusted-root ROOT.json, or [trust] identities and trusted_root in the policy"
+        )
+    try:
+        return pins, prepare_witness(pins.sigstore, sigstore_bundle)
+    except SigstoreSetupError as exc:
+        raise _fail(textsafe.text(exc)) from None
+
+
+def verify_bundle_witnessed(
+    witness: SigstoreWitness,
+    bundle: Path,
+    pins: TrustPolicy,
+    *,
+    hmac_master: bytes | None,
+    limits: Limits,
+    progress: Progress | None,
+) -> Report:
+    """``verify_bundle`` whose trust also rests on the Sigstore witness (sigstore_bind)."""
+    from .bundle import verify_bundle
+    from .sigstore_bind import downgrade_report
+
+    def run(stream: IO[bytes], policy: TrustPolicy) -> Report:
+        return verify_bundle(
+            stream,  # type: ignore[arg-type]
+            pins=policy,
+            hmac_master=hmac_master,
+            limits=limits,
+            progress=progress,
+            display_name=str(bundle),
+        )
+
+    try:
+        report, refusal = witness.run(bundle, pins, limits, run)
+    except OSError:  # vanished or unreadable since the check: the plain path reports it
+        return verify_bundle(bundle, pins=pins, limits=limits, hmac_master=hmac_master)
+    if refusal is not None:
+        downgrade_report(report, refusal)
+    return report
+
+
+def gate_witnessed(
+    witness: SigstoreWitness, repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy
+) -> GateReport:
+    """``run_gate`` over the bytes the Sigstore witness is checked against."""
+    from .gate import run_gate
+    from .sigstore_bind import downgrade_gate
+
+    def run(stream: IO[bytes], policy: TrustPolicy) -> GateReport:
+        return run_gate(repo, base, head, bundle, policy, source=stream)
+
+    try:
+        report, refusal = witness.run(bundle, pins, Limits(), run)
+    except OSError:
+        return run_gate(repo, base, head, bundle, pins)
+    if refusal is not None:
+        downgrade_gate(report, refusal)
+    return report
