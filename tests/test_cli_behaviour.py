@@ -316,6 +316,22 @@ def test_action_pins_by_commit_uses_its_own_venv_and_has_outputs(
     assert re.search(r"^\s*python -m pip", install, re.M) is None  # never the caller's pip
     for name in ("passed", "exit-code", "report", "sarif"):
         assert re.search(rf"^  {name}:\n", text.split("outputs:", 1)[1], re.M), name
+    # pip's cache: restored before the install, in the runner's temp (never the checkout),
+    # and the install uses that very folder; the key names the OS, the Python and the source
+    cache = text[text.index("- name: Cache harness-verify's packages") :]
+    cache = cache[: cache.index("- name: Install harness-verify")]
+    assert "uses: actions/cache@" in cache
+    (path,) = re.findall(r"^\s+path: (.+)$", cache, re.M)
+    assert path == "${{ runner.temp }}/harness-verify-pip-cache"
+    (key,) = re.findall(r"^\s+key: (.+)$", cache, re.M)
+    for part in ("runner.os", "steps.python.outputs.python-version", "inputs.source"):
+        assert part in key, key
+    installing = text[
+        text.index("- name: Install harness-verify") : text.index(
+            "run: |", text.index("- name: Install harness-verify")
+        )
+    ]
+    assert f"PIP_CACHE_DIR: {path}" in installing
 
     folder, key_id = demo
     repo = tmp_path / "clone"
