@@ -657,3 +657,19 @@ def test_a_bad_command_line_is_a_usage_error(tmp_path: Path, extra: list[str]) -
     done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
     assert done.returncode == 2 and b"usage:" in done.stderr
     assert not (tmp_path / "ran").exists()
+
+
+def test_the_bridge_loads_neither_the_proxy_nor_http() -> None:
+    """The bridge starts below every proxied agent: importing it must not load the server, the
+    key code or the HTTP modules (the package's names are loaded on first use)."""
+    probe = (
+        "import sys, harness.orchestrate.proxy.bridge\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('harness.orchestrate.proxy', "
+        "'http', 'harness.verify'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert (
+        done.stdout.strip() == "['harness.orchestrate.proxy', 'harness.orchestrate.proxy.bridge']"
+    )
