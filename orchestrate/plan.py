@@ -46,6 +46,13 @@ Format (TOML 1.0, UTF-8)::
                                 # itself goes to stdin, never on the command line
     env = ["MYCLI_API_KEY"]     # env variable names it may get, only with egress (default [])
     model = "m1"                # default for {model} (optional, non-empty)
+    models = ["openai"]         # optional: the agent is proxied and reaches only these routes
+
+    [models.anthropic]          # zero or more model upstreams of the recording proxy
+    family = "anthropic"        # required: "anthropic" or "openai"
+    base = "https://api.anthropic.com"  # required: https://host[:port][/path] (http: loopback)
+    key_env = "ANTHROPIC_API_KEY"       # optional: the operator's variable holding the key
+    path_prefix = "/v1/"        # optional (see harness.orchestrate.modelroutes)
 
     [[task]]                    # zero or more; order in the file = creation order (``order``)
     id = "t1"                   # required: [a-z0-9][a-z0-9_-]{0,63}, unique in the plan
@@ -61,6 +68,7 @@ Format (TOML 1.0, UTF-8)::
     budget = { wall_s = 600, tokens = 100000, cost_usd = 1.25 }  # optional, same keys
     max_attempts = 3            # overrides [plan] max_attempts (1..10)
     idle_s = 60                 # overrides [plan] idle_s (1..1800)
+    models = ["anthropic"]      # narrows a proxied adapter's routes (defined, same family)
 
     [[task.gates]]              # zero or more quality gates, run in this order
     name = "tests"              # required: a name, unique within the task
@@ -81,7 +89,8 @@ Whole-plan rules: task ids unique; every ``depends`` entry names a task of the p
 dependency cycle (a task depending on itself is a cycle; the error names the cycle as
 ``a -> b -> a``, starting at the task that comes first in the file); every edit path inside
 its task's scope; every ``[plan.concurrency]`` and ``[plan.budget.role]`` key is the role of
-at least one task.
+at least one task; model routes defined, of the adapter's families, and with a capsule on its
+``egress`` hosts (``harness.orchestrate.modelroutes.check_task_models``).
 
 Globs (task and capsule scopes) are repository-relative POSIX patterns, matched against whole
 normalized paths, case-sensitively: ``*`` matches any run of characters within one segment
@@ -486,7 +495,7 @@ def parse_plan(data: Mapping[str, Any]) -> Plan:
     for role in role_budgets:
         if role not in roles:
             raise PlanError(_join("plan.budget.role", role), f"no task has role {role!r}")
-    check_task_models(tasks, models, commands, None)
+    check_task_models(tasks, models, commands, capsule.egress if capsule is not None else None)
 
     return Plan(
         name=name,

@@ -40,6 +40,7 @@ PLAN = parse_plan(
             "goal": "fix it",
             "actions": ["edit", "gate", "merge"],
             "scope": ["src/**"],
+            "egress": ["api.anthropic.com"],  # t2's model route (a plan rule, issue 18 B)
             "expires": "2030-01-01T00:00:00.000000Z",
         },
         "task": [
