@@ -102,12 +102,12 @@ def test_a_plan_adapter_route_must_be_defined() -> None:
 
 def test_with_a_capsule_every_route_host_must_be_an_egress_host() -> None:
     capsule = {"goal": "g", "expires": "2030-01-01T00:00:00.000000Z"}
-    with pytest.raises(PlanError, match="reaches api.anthropic.com") as info:
+    with pytest.raises(PlanError, match=r"reaches api\.anthropic\.com") as info:
         parse_plan({**_plan(), "capsule": capsule})
     assert info.value.key == "task[0]"
     # the host of a route the plan defines, and of the task's own narrowed route
     doc = {**_plan({"fake": FAKE}, models=["fake"]), "capsule": capsule}
-    with pytest.raises(PlanError, match="'fake' reaches 127.0.0.1"):
+    with pytest.raises(PlanError, match=r"'fake' reaches 127\.0\.0\.1"):
         parse_plan(doc)
     allowed = parse_plan({**doc, "capsule": {**capsule, "egress": ["127.0.0.1"]}})
     assert allowed.capsule is not None and allowed.capsule.egress == ("127.0.0.1",)
