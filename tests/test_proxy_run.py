@@ -30,9 +30,12 @@ from harness.orchestrate.replay import Journal
 from harness.orchestrate.runner.job import BatchJob
 from harness.orchestrate.runtime import RunAbortedError, Runtime
 from harness.orchestrate.sandbox import Settings, probe
+from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys
+from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import parse_canonical
 from harness.verify.fsm import TaskState
+from harness.verify.policy import TrustPolicy
 
 from .evidence_helpers import make_keys
 from .fake_model_server import FakeModelServer
@@ -138,6 +141,12 @@ def _records(repo: Path, store: str) -> list[dict[str, Any]]:
     return [parse_canonical(line) for line in path.read_bytes().splitlines()]
 
 
+def _verified(repo: Path, keys: OperatorKeys, tmp: Path) -> Any:
+    bundle = export_bundle(repo / ".harness", tmp / "bundle.tar", keys).path
+    pins = TrustPolicy(frozenset({keys.key_id}), "test")
+    return verify_bundle(bundle, pins=pins, hmac_master=keys.hmac_master)
+
+
 def _kinds(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [record["body"] for record in records if record["kind"] == kind]
 
@@ -226,6 +235,8 @@ def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
     assert exits["b0001"]["cost_micros"] == 500000  # cost: the CLI's own report (no prices)
     # the adapter's own claims stay model.call records, apart from the observations
     assert [c["adapter"] for c in _kinds(replay, "model.call")] == ["claude", "codex"]
+    report = _verified(repo, keys, tmp_path)
+    assert report.status.value == "verified", report.failure
 
 
 def _copy_journal(source: Path, target: Path, *, empty: bool = False) -> None:
@@ -254,6 +265,8 @@ def test_replay_offline_is_byte_identical_and_a_miss_aborts(
         b = (second / ".harness" / "runs" / "r1" / f"{store}.jsonl").read_bytes()
         assert a == b, store
     assert {s["source"] for s in _kinds(_records(second, "audit"), "model.source")} == {"journal"}
+    report = _verified(second, keys, tmp_path / "b")  # journal sources need the blobs
+    assert report.status.value == "verified", report.failure
     # a miss: the same plan with an empty journal aborts the run, recorded and sealed
     third = _fresh(tmp_path / "c")
     _copy_journal(first, third, empty=True)
@@ -313,6 +326,8 @@ def test_sandboxed_agent_reaches_only_the_proxy(
     exchanges = _kinds(_records(repo, "replay"), "model.exchange")
     assert [e["outcome"] for e in exchanges] == ["answered", "refused", "refused", "answered"]
     assert fake.seen[0].headers["x-api-key"] == ANT_KEY
+    report = _verified(repo, keys, tmp_path)
+    assert report.status.value == "verified", report.failure
 
 
 @pytest.mark.skipif(not BWRAP.available, reason=f"no bubblewrap sandbox: {BWRAP.reason}")
