@@ -4,9 +4,10 @@ Installed by the tests as an executable named ``claude`` or ``codex`` (the name 
 behaviour) on a PATH folder. Like the real CLIs it reads the prompt on stdin, finds its model
 through ``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL`` with the key from ``ANTHROPIC_API_KEY``
 / ``OPENAI_API_KEY``, sends the request with ``urllib`` honouring the proxy variables
-(``HTTP_PROXY``, ``NO_PROXY``), writes the answer into ``answer-<name>.txt`` in its working
-directory (the worktree), and prints the output format the adapter parses (claude: one JSON
-result object; codex: JSONL events) with **made-up usage figures** (999999 tokens), so a
+(``HTTP_PROXY``, ``NO_PROXY``), writes the answer into ``answer-<name>-<task>.txt`` in its
+working directory (the worktree; ``<task>`` from the prompt's ``[<task id>]`` prefix), and
+prints the output format the adapter parses (claude: one JSON result object; codex: JSONL
+events) with **made-up usage figures** (999999 tokens), so a
 test can tell the proxy's figures from the agent's claim.
 
 Words in the prompt switch on extra behaviour:
@@ -123,7 +124,8 @@ def main() -> int:
             seen["direct"] = f"refused: {exc}"
     _dump(seen)
     text = "\n".join(answers)
-    Path(f"answer-{name}.txt").write_text(text + "\n", encoding="utf-8")
+    task = prompt[1 : prompt.index("]")] if prompt.startswith("[") else "x"
+    Path(f"answer-{name}-{task}.txt").write_text(text + "\n", encoding="utf-8")
     claim = {"input_tokens": 999999, "output_tokens": 999999}
     if name == "claude":
         print(json.dumps({"type": "result", "subtype": "success", "is_error": False,

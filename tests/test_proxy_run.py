@@ -110,7 +110,7 @@ def _plan(fake: FakeModelServer, *prompts: tuple[str, str, str]) -> dict[str, An
         },
         "task": [
             {"id": task, "role": f"r-{task}", "prompt": prompt, "adapter": adapter,
-             "scope": [f"answer-{adapter}.txt"], "gates": [gate]}
+             "scope": [f"answer-{adapter}-{task}.txt"], "gates": [gate]}
             for task, adapter, prompt in prompts
         ],
     }  # fmt: skip
@@ -394,3 +394,64 @@ def _toml(doc: dict[str, Any]) -> str:
             lines.append("[[task.gates]]")
             lines += [f"{k} = {value(v)}" for k, v in gate.items()]
     return "\n".join(lines) + "\n"
+
+
+def test_batches_in_flight_together_each_have_their_own_proxy(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "claude", "one TWICE"), ("t2", "claude", "two"), ("t3", "codex", "x"))
+    plan["plan"]["max_in_flight"] = 3
+    repo = _fresh(tmp_path / "a")
+    journal = Journal(repo / ".harness" / "journals" / "r1", "live")
+    summary = _runtime(repo, plan, keys, journal).run()
+    assert set(summary.states.values()) == {TaskState.DONE}
+    exchanges = _kinds(_records(repo, "replay"), "model.exchange")
+    per_batch = {b: [e["seq"] for e in exchanges if e["batch"] == b] for b in ("b0001", "b0002")}
+    assert per_batch == {"b0001": [1, 2], "b0002": [1]}  # each proxy numbers its own
+    assert [e["route"] for e in exchanges if e["batch"] == "b0003"] == ["openai"]
+    assert _verified(repo, keys, tmp_path).status.value == "verified"
+
+
+def test_a_token_budget_is_charged_the_proxys_figures(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    """The CLI reports 999999 tokens; a budget of 20 breaks on what the API reported."""
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "claude", "fix TWICE"))
+    plan["task"][0]["budget"] = {"tokens": 20}
+    repo = _fresh(tmp_path / "a")
+    journal = Journal(repo / ".harness" / "journals" / "r1", "live")
+    summary = _runtime(repo, plan, keys, journal).run()
+    assert summary.states["t1"] is TaskState.FAILED
+    audit = _records(repo, "audit")
+    (kill,) = _kinds(audit, "budget.exceeded")
+    exit_usage = _kinds(audit, "agent.exit")[0]["usage"]
+    assert kill["decision"] == "kill" and kill["limit"] == 20
+    assert kill["used"] == exit_usage["input_tokens"] + exit_usage["output_tokens"] < 999999
+    assert _kinds(audit, "agent.exit")[0]["anomaly"] == "budget"
+    assert _verified(repo, keys, tmp_path).status.value == "verified"
+
+
+@pytest.mark.skipif(not BWRAP.available, reason=f"no bubblewrap sandbox: {BWRAP.reason}")
+def test_the_trifecta_sees_the_allow_list(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    """Sandboxed without network, a proxied agent still reaches its allow-list: its
+    ``external_comm`` stays, so with a ``secrets`` tool the spawn is denied (the run's default
+    profile, with no egress, allowed it at promotion)."""
+    keys = make_keys()
+    marker = tmp_path / "ran"
+    plan = _plan(fake, ("t1", "claude", "fix"))
+    plan["task"][0]["tools"] = ["secrets"]
+    repo = _fresh(tmp_path / "a")
+    journal = Journal(repo / ".harness" / "journals" / "r1", "live")
+    summary = _runtime(
+        repo, plan, keys, journal, sandbox=Settings(), capabilities=DEFAULT_MATRIX
+    ).run()
+    assert summary.states["t1"] is TaskState.DENIED
+    (denied,) = _kinds(_records(repo, "audit"), "capability.denied")
+    assert [item["route"] for item in denied["sandbox"]["egress"]] == ["anthropic"]
+    assert "external_comm via adapter:claude" in denied["reason"]
+    assert not fake.seen and not marker.exists()
+    assert _verified(repo, keys, tmp_path).status.value == "verified"
