@@ -17,10 +17,14 @@ unknown tool can never complete a chain silently. The decision itself is the ver
 and the verifier re-decides every task from it.
 
 An adapter's tags are lowered only by its sandbox (decision 0018): ``external_comm`` is dropped
-when the agent's recorded sandbox profile has no network, ``private_data`` when it has no
-private mounts (the operator's home, the state folder, the keys). A configuration file may add
-tags to an adapter but never drop one the built-in matrix gives it (for an unknown adapter:
-all three).
+when the agent's recorded sandbox profile has no network **and** an empty ``egress`` (a
+proxied agent still reaches its model routes through the recording proxy, decision 0048: its
+external channel is that allow-list, recorded in the profile), ``private_data`` when it has no
+private mounts (the operator's home, the state folder, the keys). The runtime decides each
+spawn with the profile that spawn really gets (``egress`` filled for a proxied batch,
+``harness.orchestrate.runner.job``), promotion with the run's default (``egress`` empty).
+A configuration file may add tags to an adapter but never drop one the built-in matrix gives
+it (for an unknown adapter: all three).
 
 Built-in defaults (``DEFAULT_MATRIX``; a configuration file replaces them per name):
 

@@ -338,8 +338,6 @@ def test_cli_replay_with_the_logical_clock_is_byte_identical(
     state folder with the same keys and a copy of the journal, the model server stopped."""
     keys_dir = tmp_path / "keys"
     env = {**os.environ}
-    subprocess.run([sys.executable, "-m", "harness.cli", "keys", "--keys", str(keys_dir)],
-                   check=False, capture_output=True, env=env)  # fmt: skip
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(_toml(_plan(fake, ("t1", "claude", "fix it TWICE"))), encoding="utf-8")
     first = _fresh(tmp_path / "a")
