@@ -318,9 +318,32 @@ class FakeSigstore:
         """A Sigstore bundle (v0.3, hashedrekord 0.0.1) over ``artifact`` for ``identity``."""
         key = ec.generate_private_key(ec.SECP256R1())
         cert = self.certificate(key, identity, issuer, at)
+        pem = cert.public_bytes(serialization.Encoding.PEM)
+        material = {
+            "certificate": {"rawBytes": _b64(cert.public_bytes(serialization.Encoding.DER))}
+        }
+        return self._logged(artifact, key, pem, material, at)
+
+    def sign_with_key(
+        self, artifact: bytes, key: ec.EllipticCurvePrivateKey, *, at: _dt.datetime = EPOCH
+    ) -> dict[str, object]:
+        """A key-signed bundle (``cosign sign-blob --key`` shape): no certificate, the public
+        key in the log entry, ``verificationMaterial.publicKey`` a hint."""
+        pem = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return self._logged(artifact, key, pem, {"publicKey": {"hint": "test-key"}}, at)
+
+    def _logged(
+        self,
+        artifact: bytes,
+        key: ec.EllipticCurvePrivateKey,
+        pem: bytes,
+        material: dict[str, object],
+        at: _dt.datetime,
+    ) -> dict[str, object]:
         digest = hashlib.sha256(artifact).digest()
         signature = key.sign(artifact, ec.ECDSA(hashes.SHA256()))
-        pem = cert.public_bytes(serialization.Encoding.PEM)
         body = json.dumps(
             {
                 "apiVersion": "0.0.1",
@@ -356,7 +379,7 @@ class FakeSigstore:
         return {
             "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
             "verificationMaterial": {
-                "certificate": {"rawBytes": _b64(cert.public_bytes(serialization.Encoding.DER))},
+                **material,
                 "tlogEntries": [
                     {
                         "logIndex": str(index),

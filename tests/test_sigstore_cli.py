@@ -366,3 +366,88 @@ def test_help_imports_no_sigstore() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == "loaded:", done.stdout + done.stderr
     assert "sigstore" in done.stdout  # the command is listed
+
+
+# ---- --key: a bundle signed with a key, not a certificate ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.sigstore_helpers import FakeSigstore
+
+    folder = tmp_path_factory.mktemp("keyed")
+    instance = FakeSigstore(name="keyed")
+    key = ec.generate_private_key(ec.SECP256R1())
+    other = ec.generate_private_key(ec.SECP256R1())
+    artifact = folder / "artifact.bin"
+    artifact.write_bytes(b"signed with a key\n")
+    paths = {
+        "artifact": artifact,
+        "root": instance.write_trusted_root(folder / "root.json"),
+        "bundle": folder / "artifact.bin.sigstore.json",
+        "key": folder / "key.pem",
+        "other": folder / "other.pem",
+    }
+    paths["bundle"].write_text(json.dumps(instance.sign_with_key(artifact.read_bytes(), key)))
+    for name, private in (("key", key), ("other", other)):
+        paths[name].write_bytes(
+            private.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+    return paths
+
+
+def _keyed(
+    paths: dict[str, Path], *, key: str = "key", bundle: Path | None = None
+) -> tuple[int, dict[str, Any]]:
+    done = verifier_offline(
+        "sigstore", paths["artifact"], "--bundle", bundle or paths["bundle"],
+        "--trusted-root", paths["root"], "--key", paths[key], "--format", "json",
+    )  # fmt: skip
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_key_signed_bundle_verifies_with_its_key(keyed: dict[str, Path]) -> None:
+    code, report = _keyed(keyed)
+    assert code == 0, report
+    outcomes = {check["name"]: check["outcome"] for check in report["checks"]}
+    assert outcomes["certificate"] == outcomes["sct"] == outcomes["time"] == "skipped"
+    assert outcomes["log-entry"] == outcomes["signature"] == outcomes["identity"] == "passed"
+    code, report = _keyed(keyed, key="other")
+    assert code == 3 and failed(report) == (
+        "identity",
+        "key: the log entry's signing key is not the pinned --key",
+    ), report
+
+
+@pytest.mark.parametrize("what", ["signature", "inclusion-proof", "checkpoint", "log-index"])
+def test_key_signed_bundle_mutations(what: str, keyed: dict[str, Path], tmp_path: Path) -> None:
+    mutate, check, text = MUTATIONS[what]
+    doc = json.loads(keyed["bundle"].read_bytes())
+    mutate(doc)
+    bundle = tmp_path / "mutated.json"
+    bundle.write_text(json.dumps(doc))
+    code, report = _keyed(keyed, bundle=bundle)
+    got, reason = failed(report)
+    assert code == 1 and got == check, report
+    if what != "log-index":
+        assert text in reason, reason
+    else:  # the inclusion promise (SET) signs the index
+        assert "log index" in reason or "SET" in reason, reason
+
+
+def test_key_and_identity_are_exclusive(keyed: dict[str, Path]) -> None:
+    done = verifier_offline(
+        "sigstore", keyed["artifact"], "--bundle", keyed["bundle"], "--trusted-root",
+        keyed["root"], "--key", keyed["key"], "--cert-identity", "a", "--cert-oidc-issuer", "b",
+    )  # fmt: skip
+    assert done.returncode == 2 and "not both" in done.stderr
+    done = verifier_offline(
+        "sigstore", keyed["artifact"], "--bundle", keyed["bundle"], "--trusted-root",
+        keyed["root"], "--key", keyed["artifact"],
+    )  # fmt: skip
+    assert done.returncode == 2 and "not a PEM public key" in done.stderr

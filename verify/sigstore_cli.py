@@ -151,6 +151,14 @@ def sigstore_command(
         str | None,
         typer.Option("--cert-oidc-issuer", help="Expected OIDC issuer, matched exactly."),
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="Instead of an identity: the signer's ECDSA public key (PEM), for a bundle "
+            "signed with a key (verificationMaterial.publicKey).",
+        ),
+    ] = None,
     fmt: Annotated[
         SigstoreFormat, typer.Option("--format", help="Report format.")
     ] = SigstoreFormat.TEXT,
@@ -159,11 +167,14 @@ def sigstore_command(
     transparency-log inclusion proof (re-checked with our own RFC 6962 code), checkpoint,
     inclusion promise or TSA timestamp, signature, artifact digest, then the identity."""
     pins = identity_pins(cert_identity, cert_identity_regex, cert_oidc_issuer)
-    if not pins:
+    if pins and key is not None:
+        raise _fail("pin the signer by identity or by --key, not both")
+    if not pins and key is None:
         raise _fail(
             "pin the signer: --cert-identity ID (or --cert-identity-regex RE) and "
-            "--cert-oidc-issuer ISSUER"
+            "--cert-oidc-issuer ISSUER, or --key KEY.pem"
         )
+    key_data = _read(key, 64 << 10, "key file") if key is not None else b""
     root_data = _read(trusted_root, 1 << 20, "trusted root")
     try:
         check_trusted_root_bytes(root_data, textsafe.text(trusted_root))
@@ -186,7 +197,16 @@ def sigstore_command(
             f"cannot read {textsafe.text(bundle)}: {exc.strerror}", ExitCode.UNREADABLE
         ) from None
     digest, shown = _digest_of(artifact)
-    outcome = verify(bundle_data, str(bundle), digest, shown, root, pins)
+    if key is not None:
+        from .sigstore_key import KeyFileError, load_key, verify_key_bundle
+
+        try:
+            public = load_key(key_data, textsafe.text(key))
+        except KeyFileError as exc:
+            raise _fail(textsafe.text(exc)) from None
+        outcome = verify_key_bundle(bundle_data, str(bundle), digest, shown, root, public)
+    else:
+        outcome = verify(bundle_data, str(bundle), digest, shown, root, pins)
     from .output import write_stdout
     from .sigstore_render import render
 
