@@ -11,8 +11,12 @@ include those a progressively sealed run signed while it ran (docs/spec/checkpoi
 Never in: any secret. Only the public verifier key is written, and a test scans bundles for the
 private key and HMAC key bytes.
 
-Deterministic: the same state gives a byte-identical tar (manifest first, then sorted names;
-mtime 0, uid/gid 0, mode 0644, no user names; gzip with mtime 0 and no file name).
+Runs with journaled model exchanges also carry the journal blobs those exchanges name,
+``journal/<sha256>``, last in the tar.
+
+Deterministic: the same state gives a byte-identical tar (manifest first, then sorted names,
+journal blobs last; mtime 0, uid/gid 0, mode 0644, no user names; gzip with mtime 0 and no
+file name).
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ from harness.verify.layout import (
     MANIFEST,
     MANIFEST_SIG,
     attestation_member,
+    canonical_member_order,
     checkpoint_member,
     consistency_member,
+    journal_digest,
+    journal_member,
     key_member,
     manifest_note_text,
     plan_member,
@@ -67,6 +74,10 @@ _RECOVERED: Final = b'"kind":"store.recovered"'
 _ARTIFACT: Final = b'"kind":"artifact.'
 _PLANNED: Final = b'"kind":"task.planned"'
 _MERGE: Final = b'"kind":"merge.result"'
+_JOURNALED: Final = b'"journaled":true'
+JOURNALS_DIR: Final = "journals"
+BLOBS_DIR: Final = "blobs"
+"""``<state>/journals/<run>/blobs/<sha256>``: the replay journal's blobs (orchestrate/replay.py)."""
 
 
 class ExportError(Exception):
@@ -128,6 +139,9 @@ class _Prefix:
     artifacts: FinalArtifacts = field(default_factory=FinalArtifacts)
     artifact_lines: dict[int, bytes] = field(default_factory=dict)
     merges: MergeFacts = field(default_factory=MergeFacts)
+    journal: dict[str, str] = field(default_factory=dict)
+    """Replay store: digest -> the first journaled ``model.exchange`` naming it (request and
+    response blobs)."""
 
 
 def _store_prefix(
@@ -138,6 +152,7 @@ def _store_prefix(
     prefix = _Prefix(artifacts=FinalArtifacts(merged))
     lineage = writer.store == "lineage"
     audit = writer.store == "audit"
+    replay = writer.store == "replay"
     latest_line: dict[str, bytes] = {}
     with writer.path.open("rb") as handle:
         for seq, line in enumerate(itertools.islice(handle, records)):
@@ -147,11 +162,20 @@ def _store_prefix(
             prefix.leaves.append(leaf_hash(body))
             if _RECOVERED in body:
                 prefix.recovered.append(body)
-            interesting = (lineage and _ARTIFACT in body) or (
-                audit and (_PLANNED in body or _MERGE in body)
+            interesting = (
+                (lineage and _ARTIFACT in body)
+                or (audit and (_PLANNED in body or _MERGE in body))
+                or (replay and _JOURNALED in body)
             )
             if seq in (0, records - 1) or interesting:
                 record = parse_record_line(body, writer.store, writer.run_id)
+                if replay and record.kind == "model.exchange" and record.body["journaled"]:
+                    named = f"{writer.path} record {seq} (batch {record.body['batch']!r})"
+                    for member in ("request_sha256", "response_sha256"):
+                        digest = record.body[member]
+                        if type(digest) is not str:
+                            raise ExportError(f"{named}: journaled without a {member}")
+                        prefix.journal.setdefault(digest, named)
                 if audit:
                     prefix.merges.apply(record.kind, record.body)
                 if seq == 0:
@@ -248,6 +272,42 @@ def _round_texts(folder: Path, run_id: str) -> dict[str, _Source]:
     return texts
 
 
+def _journal_blobs(state_dir: Path, run_id: str, wanted: dict[str, str]) -> dict[str, _Source]:
+    """The journal blobs the run's journaled exchanges name, as ``journal/<sha256>`` members.
+
+    Looked up in the run's own journal (``<state>/journals/<run>/blobs/``), then in the other
+    journals of the state folder (a replay run may read the journal of the run it replays;
+    blobs are content-addressed, so any copy whose bytes hash to the name is the blob). A
+    blob that is missing, not a regular file, or whose bytes do not hash to its name stops
+    the export, naming it and the record that references it: the verifier would refuse it.
+    """
+    root = state_dir / JOURNALS_DIR
+    own = root / run_id / BLOBS_DIR
+    others = (
+        sorted(p / BLOBS_DIR for p in root.iterdir() if p.name != run_id) if root.is_dir() else []
+    )
+    out: dict[str, _Source] = {}
+    for digest, named in sorted(wanted.items()):
+        if journal_digest(journal_member(digest)) is None:
+            raise ExportError(f"{named}: {digest!r} is not a blob digest")
+        found: Path | None = None
+        for folder in (own, *others):
+            candidate = folder / digest
+            if candidate.is_symlink() or not candidate.exists():
+                continue
+            if not candidate.is_file():
+                raise ExportError(f"{candidate}: journal blob is not a regular file")
+            found = candidate
+            break
+        if found is None:
+            raise ExportError(f"{named}: journal blob {digest} is missing from {own}")
+        source = _Source(path=found, length=found.stat().st_size)
+        if _sha256(source) != digest:
+            raise ExportError(f"{found}: journal blob was altered (its bytes do not hash to it)")
+        out[journal_member(digest)] = source
+    return out
+
+
 def _collect_run(
     recorder: RunRecorder, keys: OperatorKeys, members: dict[str, _Source], *, seal: bool = True
 ) -> dict[str, object]:
@@ -273,6 +333,8 @@ def _collect_run(
         prefix = _store_prefix(writer, size, merged)
         if store == "audit":
             merged = prefix.merges.merged_tasks()
+        if store == "replay" and prefix.journal:
+            members.update(_journal_blobs(recorder.folder.parents[1], run_id, prefix.journal))
         times.extend(t for t in (prefix.first_time, prefix.last_time) if t)
         members[store_member(run_id, store)] = _Source(path=writer.path, length=prefix.length)
         quarantine = _quarantine_lines(writer, prefix.recovered)
@@ -408,7 +470,7 @@ def export_bundle(
     )
     signature = signer.sign(manifest_note_text(hashlib.sha256(manifest).hexdigest()))
     ordered = [(MANIFEST, _Source(data=manifest)), (MANIFEST_SIG, _Source(data=signature))]
-    ordered += [(name, members[name]) for name in sorted(members)]
+    ordered += [(name, members[name]) for name in canonical_member_order(list(members))]
     if compress is None:
         compress = out.name.endswith((".gz", ".tgz"))
     out.parent.mkdir(parents=True, exist_ok=True)

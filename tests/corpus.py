@@ -48,6 +48,7 @@ from harness.verify.layout import (
     checkpoint_member,
     key_member,
     manifest_note_text,
+    member_sort_key,
     store_member,
     tar_header_bytes,
     tar_member_info,
@@ -384,12 +385,16 @@ class Bundle:
         signature = sign_with.note_signer().sign(
             manifest_note_text(hashlib.sha256(data).hexdigest())
         )
-        return write_tar([(MANIFEST, data), (MANIFEST_SIG, signature), *sorted(body.items())])
+        rest = sorted(body.items(), key=lambda item: member_sort_key(item[0]))
+        return write_tar([(MANIFEST, data), (MANIFEST_SIG, signature), *rest])
 
     def tar(self) -> bytes:
         """The members as they are (no re-signing), in exporter order."""
         head = [(n, self.members[n]) for n in (MANIFEST, MANIFEST_SIG) if n in self.members]
-        rest = sorted((n, d) for n, d in self.members.items() if n not in (MANIFEST, MANIFEST_SIG))
+        rest = sorted(
+            ((n, d) for n, d in self.members.items() if n not in (MANIFEST, MANIFEST_SIG)),
+            key=lambda item: member_sort_key(item[0]),
+        )
         return write_tar([*head, *rest])
 
 

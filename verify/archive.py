@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, BinaryIO, Final
 
 from .errors import VerificationError
-from .layout import MANIFEST, MANIFEST_SIG, TAR_RECORD_SIZE, tar_header_bytes
+from .layout import MANIFEST, MANIFEST_SIG, TAR_RECORD_SIZE, member_sort_key, tar_header_bytes
 
 
 class ArchiveError(VerificationError):
@@ -307,18 +307,19 @@ class ArchiveReader:
         return member
 
     def _check_order(self, name: str) -> None:
-        """manifest.json first, manifest.sig next, then every other name in sorted order."""
+        """manifest.json first, manifest.sig next, then every other name in sorted order, the
+        journal members (``layout.member_sort_key``) after all others."""
         if name == MANIFEST:
             ok = self.count == 1
         elif name == MANIFEST_SIG:
             ok = not self._previous and (self.count == 1 or MANIFEST in self._seen)
         else:
-            ok = name > self._previous
+            ok = member_sort_key(name) > member_sort_key(self._previous)
             self._previous = name
         if not ok:
             raise ArchiveError(
                 "members are not in the exporter's order (manifest.json, manifest.sig, then "
-                "names sorted)"
+                "names sorted, journal/ members last)"
             )
 
     def _check_trailer(self, start: int) -> None:

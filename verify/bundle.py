@@ -59,6 +59,8 @@ from .errors import (
     SchemaError,
     VerificationError,
 )
+from .exchangecheck import ExchangeCheck
+from .journalcheck import JournalCheck, read_journal_member
 from .layout import (
     ATTESTATIONS,
     ROUND_TEXT_MAX_BYTES,
@@ -66,6 +68,7 @@ from .layout import (
     attestation_member,
     checkpoint_member,
     consistency_member,
+    journal_digest,
     key_member,
     plan_member,
     quarantine_member,
@@ -221,6 +224,8 @@ class _Pass:
         self.counts = dict.fromkeys(("consistency", "hmac", "receipts", "tasks", "checkpoints"), 0)
         self.round_bytes: dict[str, int] = {}
         """Bytes of each run's round text members so far (capped: ROUND_TEXTS_MAX_BYTES)."""
+        self.journal = JournalCheck()
+        """Journal blobs the runs' journaled exchanges name (the members come after them)."""
 
     # ---- failures -----------------------------------------------------------------------------
     def fail(
@@ -253,6 +258,11 @@ class _Pass:
             member = reader.next()
         self.members_seen = reader.count
         self._end_run()
+        if self.checking:
+            try:
+                self.journal.finish()
+            except VerificationError as exc:
+                self.fail("semantics", exc)
 
     def _open_manifest(self, reader: ArchiveReader, first: Member) -> Member | None:
         """manifest.json, manifest.sig and the key file; returns the next member to handle."""
@@ -307,6 +317,8 @@ class _Pass:
             names.update(n for n in manifest.members if round_text_digest(run.run, n))
             if run.receipts:  # attestations need at least one subject (final artifact)
                 names.update(attestation_member(run.run, name) for name in ATTESTATIONS)
+        # Journal blobs likewise: the replay stores say which must be there (journalcheck).
+        names.update(n for n in manifest.members if journal_digest(n))
         return names
 
     def _account(self, member: Member, data: bytes | None, digest: str | None = None) -> bool:
@@ -353,6 +365,15 @@ class _Pass:
         store = _store_name(parts)
         if store is not None and self.checking and self.run is not None:
             self._store(reader, member, store)
+            return
+        if journal_digest(name) is not None:
+            streamed = read_journal_member(
+                self.journal if self.checking else None, reader, member, keep=self.keep(name)
+            )
+            if streamed.kept is not None:
+                self.kept[name] = streamed.kept
+            if self._account(member, None, streamed.sha256) and streamed.problem is not None:
+                self.fail("semantics", streamed.problem)
             return
         if run_id is not None and round_text_digest(run_id, name) is not None:
             total = self.round_bytes.get(run_id, 0) + member.size
@@ -542,6 +563,8 @@ class _Pass:
                     control = check.summary() if isinstance(check, ControlCheck) else None
                     if control is not None:
                         self.report.controls.append(control)
+                    if isinstance(check, ExchangeCheck):
+                        self.journal.add(check.journal_refs)
 
     # ---- the verdict ----------------------------------------------------------------------------
     def conclude(self, pins: TrustPolicy) -> None:
@@ -634,7 +657,12 @@ class _Pass:
             "consistency-proofs": f"{counts['consistency']} consistency proofs verify",
             "hmac-chain": f"{counts['hmac']} records chain under the given HMAC key",
             "receipts": f"{counts['receipts']} receipts and attestations verify and match",
-            "semantics": f"{counts['tasks']} task histories are lawful",
+            "semantics": f"{counts['tasks']} task histories are lawful"
+            + (
+                f"; {self.journal.blobs} journal blobs match, {self.journal.keys} keys recompute"
+                if self.journal.blobs
+                else ""
+            ),
         }
         if name == "hmac-chain" and self.hmac_master is None:
             self.report.checks.append(

@@ -1,7 +1,8 @@
 """Bundle member names (docs/spec/bundle.md): one place that says where each thing lives.
 
-Order inside the tar (not required by the verifier, chosen for one forward pass): manifest
-first, then names sorted, which puts each run's checkpoints and proofs before its stores.
+Order inside the tar (chosen for one forward pass; the verifier requires it): manifest
+first, then names sorted, which puts each run's checkpoints and proofs before its stores, and
+last the journal blobs, sorted, after every store that references them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,31 @@ def round_text_digest(run_id: str, name: str) -> str | None:
     if not name.startswith(prefix) or not name.endswith(".txt"):
         return None
     digest = name[len(prefix) : -len(".txt")]
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        return None
+    return digest
+
+
+JOURNAL_PREFIX: Final = "journal/"
+"""Replay journal blobs (request and response bytes of journaled model exchanges) live under
+this prefix, named by their SHA-256, shared by every run of the bundle. They come last in
+the tar, after every run's stores (``canonical_member_order``), so that a verifier knows which
+blobs the replay stores reference, and what each must hold, before it streams them."""
+JOURNAL_REQUEST_MAX_BYTES: Final = 64 << 20
+"""Largest request blob a verifier reads whole to recompute its key (4x the proxy's 16 MiB
+request body cap); response blobs are streamed and bounded only by the archive limits."""
+
+
+def journal_member(digest: str) -> str:
+    """A journal blob, named by the SHA-256 (lowercase hex) of its exact bytes."""
+    return f"{JOURNAL_PREFIX}{digest}"
+
+
+def journal_digest(name: str) -> str | None:
+    """The digest a member name ``journal/<64 hex>`` carries, else None."""
+    if not name.startswith(JOURNAL_PREFIX):
+        return None
+    digest = name[len(JOURNAL_PREFIX) :]
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         return None
     return digest
@@ -113,7 +139,14 @@ def tar_header_bytes(name: str, size: int) -> bytes:
     return tar_member_info(name, size).tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
+def member_sort_key(name: str) -> tuple[bool, str]:
+    """Journal members after every other member, each group in name order."""
+    return (name.startswith(JOURNAL_PREFIX), name)
+
+
 def canonical_member_order(names: list[str]) -> list[str]:
-    """The order members appear in a bundle: manifest.json, manifest.sig, the rest sorted."""
+    """The order members appear in a bundle: manifest.json, manifest.sig, the rest sorted by
+    name except the journal members, which come last, sorted."""
     head = [name for name in (MANIFEST, MANIFEST_SIG) if name in names]
-    return head + sorted(name for name in names if name not in (MANIFEST, MANIFEST_SIG))
+    rest = [name for name in names if name not in (MANIFEST, MANIFEST_SIG)]
+    return head + sorted(rest, key=member_sort_key)
