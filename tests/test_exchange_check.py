@@ -46,13 +46,25 @@ def fold(
     return check
 
 
+def usage(session: Session) -> dict[str, int | None]:
+    """``agent.exit.usage`` as the runtime writes it for a proxied batch (E7)."""
+    tokens_in = tokens_out = 0
+    for e in session.exchanges:
+        if e.outcome == "answered" and e.usage is not None:
+            tokens_in += e.usage.input_tokens or 0
+            if e.family == "anthropic":
+                tokens_in += (e.usage.cache_read or 0) + (e.usage.cache_write or 0)
+            tokens_out += e.usage.output_tokens or 0
+    return {"input_tokens": tokens_in, "output_tokens": tokens_out, "cost_micros": None}
+
+
 def records_of(*sessions: Session) -> tuple[list[Record], list[dict[str, Any]]]:
     audit: list[Record] = []
     replay: list[dict[str, Any]] = []
     for session in sessions:
         audit.append(spawn(session.batch, session.egress))
         audit += [rec("audit", "model.source", body) for body in session.sources()]
-        audit.append(rec("audit", "agent.exit", {"batch": session.batch}))
+        audit.append(rec("audit", "agent.exit", {"batch": session.batch, "usage": usage(session)}))
         replay += session.bodies()
     return audit, replay
 
@@ -259,3 +271,38 @@ def test_one_batch_has_one_journal_mode(sessions: tuple[Session, ...]) -> None:
     audit, replay = _with_source(replayed, replayed.exchanges[answered].seq, "live-miss")
     with pytest.raises(ExchangeError, match="strict replay miss but answers that are not from"):
         fold(audit, replay)
+
+
+# ---- E7: usage ---------------------------------------------------------------------------------
+
+
+def _exit_usage(session: Session, value: Any) -> tuple[list[Record], list[Any]]:
+    audit, replay = records_of(session)
+    audit[-1] = rec("audit", "agent.exit", {"batch": session.batch, "usage": value})
+    return audit, replay
+
+
+def test_a_proxied_batchs_usage_is_its_exchanges(sessions: tuple[Session, ...]) -> None:
+    live, _, failed = sessions
+    figures = usage(live)
+    cached = [
+        e for e in live.exchanges if e.family == "anthropic" and e.usage and e.usage.cache_read
+    ]
+    assert cached, "the fake reports Anthropic cache reads: the sum must add them"
+    assert figures["input_tokens"] and figures["output_tokens"]
+    claimed = {**figures, "output_tokens": 999999}
+    with pytest.raises(ExchangeError, match=r"usage tokens \(input, output\) are \[\d+, 999999\]"):
+        fold(*_exit_usage(live, claimed))
+    cache = sum(
+        (e.usage.cache_read or 0) + (e.usage.cache_write or 0)
+        for e in live.exchanges
+        if e.outcome == "answered" and e.family == "anthropic" and e.usage is not None
+    )
+    assert cache > 0
+    without_cache = {**figures, "input_tokens": (figures["input_tokens"] or 0) - cache}
+    with pytest.raises(ExchangeError, match="its answered exchanges sum to"):
+        fold(*_exit_usage(live, without_cache))
+    with pytest.raises(ExchangeError, match="reports no usage, its exchanges"):
+        fold(*_exit_usage(live, None))
+    fold(*_exit_usage(failed, None))  # nothing answered: null is the sum
+    fold(*_exit_usage(failed, {"input_tokens": 0, "output_tokens": 0, "cost_micros": 5}))

@@ -27,7 +27,11 @@ replay records, this check demands (docs/spec/proxy.md §9 lists the same rules,
 * E6 exactly one ``model.source`` per answered exchange (after its batch's spawn, not after its
   exit) and none for any other; a ``journal`` source is a journaled exchange; one batch's
   sources are of one journal mode: all ``live``, or ``journal``/``live-miss``; a batch with a
-  ``replay-miss`` (strict replay) has only ``journal`` sources.
+  ``replay-miss`` (strict replay) has only ``journal`` sources;
+* E7 a proxied batch's ``agent.exit.usage`` input and output tokens are the sums over its
+  answered exchanges' usage (Anthropic's cache tokens added to its input, as
+  ``harness.orchestrate.usage`` counts them), saturated at 2^53 - 1; a null usage only when
+  both sums are 0.
 
 The journaled exchanges are kept (``journal_refs``) for the bundle's journal members: the
 bundle check proves each blob's digest and recomputes each key from the request blob.
@@ -49,6 +53,8 @@ _ROUTE: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
 FIRST_SEQ: Final = 1
 """The proxy numbers a batch's requests 1, 2, ... (``ProxyServer.next_seq``)."""
 NO_ROUTE: Final = "-"
+MAX_FIGURE: Final = 2**53 - 1
+"""Token sums saturate here (records carry integers up to 2^53 - 1)."""
 """The ``route`` of a request that named no allow-listed route."""
 
 
@@ -87,6 +93,10 @@ class _Batch:
     """seq -> (source, where) of the batch's model.source records."""
     exchanges: dict[int, tuple[str, bool, int, str]] = field(default_factory=dict)
     """seq -> (outcome, journaled, status, where) of its model.exchange records."""
+    exit_usage: tuple[Any, str] | None = None
+    """(``agent.exit.usage``, where) once the batch exited."""
+    tokens: list[int] = field(default_factory=lambda: [0, 0])
+    """Input and output tokens of its answered exchanges (E7)."""
 
 
 def egress_routes(egress: Any, what: str) -> dict[str, Mapping[str, Any]]:
@@ -164,6 +174,7 @@ class ExchangeCheck:
             batch = self.batches.get(body["batch"])
             if batch is not None:
                 batch.exited = True
+                batch.exit_usage = (body.get("usage"), where)
 
     def control(self, record: Record, where: str) -> None:
         """Not read."""
@@ -195,6 +206,10 @@ class ExchangeCheck:
             raise _refuse(where, f"batch {name!r} exchange {seq}: {detail}")
         batch.exchanges[seq] = (body["outcome"], body["journaled"], body["status"], where)
         self.exchanges += 1
+        usage = body["usage"]
+        if body["outcome"] == "answered" and usage is not None:
+            batch.tokens[0] += input_tokens(body["family"], usage)
+            batch.tokens[1] += usage["output_tokens"] or 0
         if body["journaled"]:
             self.journal_refs.append(
                 JournalRef(
@@ -234,6 +249,35 @@ class ExchangeCheck:
                     raise _refuse(at, f"model.source for exchange {seq} of batch {name!r}, "
                                   "which has no model.exchange")  # fmt: skip
             _one_mode(name, batch)
+            if batch.egress:
+                _usage_is_the_exchanges(name, batch)
+
+
+def input_tokens(family: str, usage: Mapping[str, Any]) -> int:
+    """An exchange's input tokens as a budget counts them: Anthropic's ``input_tokens``
+    excludes its cache traffic, so ``cache_read`` and ``cache_write`` are added; OpenAI's
+    includes its cached part (``harness.orchestrate.usage`` treats a CLI's report the same)."""
+    figure: int = usage["input_tokens"] or 0
+    if family == "anthropic":
+        figure += (usage["cache_read"] or 0) + (usage["cache_write"] or 0)
+    return figure
+
+
+def _usage_is_the_exchanges(name: str, batch: _Batch) -> None:
+    """E7: a proxied batch's ``agent.exit.usage`` tokens are its answered exchanges' sums
+    (saturated at 2^53 - 1), never the agent's own claim; null only when they are 0."""
+    if batch.exit_usage is None:
+        return
+    usage, where = batch.exit_usage
+    expected = [min(figure, MAX_FIGURE) for figure in batch.tokens]
+    if usage is None:
+        if expected != [0, 0]:
+            raise _refuse(where, f"batch {name!r} reports no usage, its exchanges {expected}")
+        return
+    found = [usage.get("input_tokens"), usage.get("output_tokens")] if type(usage) is dict else []
+    if found != expected:
+        raise _refuse(where, f"batch {name!r} usage tokens (input, output) are {found}, "
+                      f"its answered exchanges sum to {expected}")  # fmt: skip
 
 
 def _one_mode(name: str, batch: _Batch) -> None:
