@@ -25,6 +25,7 @@ store, before ``agent.exit``) per answered one; the batch's token usage is the e
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -81,7 +82,7 @@ class BatchProxy:
         from ..proxy.bridge import bridge_argv
 
         assert self.socket is not None
-        return bridge_argv(sys.executable, self.socket, BRIDGE_PORT, argv)
+        return bridge_argv(os.path.abspath(sys.executable), self.socket, BRIDGE_PORT, argv)
 
     def stop(self) -> list[Exchange]:
         """After the agent exited: wait for exchanges in flight, close, keep the records."""

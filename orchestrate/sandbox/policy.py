@@ -7,7 +7,9 @@
   trifecta rule, ``harness.verify.rules.trifecta``). A batch shares one process, so it gets the
   network only when every task in it is granted egress (never more than any task's grant).
 * **Adapter environment**: ``Adapter.env_names`` (optional attribute; e.g. the model API key
-  variable), passed only with egress (``harness.orchestrate.sandbox.env``).
+  variable), passed only with egress (``harness.orchestrate.sandbox.env``), and never to a
+  *proxied* agent, which gets the recording proxy's variables instead (base URLs, placeholder
+  keys: ``harness.orchestrate.runner.proxied``): the real key reaches the proxy only.
 * **Prompt**: ``Adapter.stdin(request)`` (optional method) gives the bytes written to the
   process's stdin; adapters never put the prompt on argv.
 * **Refusal**: where no sandbox can be had, a plan that uses any adapter other than the
