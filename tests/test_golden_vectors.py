@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from harness.verify.bundle import verify_bundle
 from harness.verify.merkle import leaf_hash, root_from_inclusion_proof
+from harness.verify.modelkey import recompute_exchange_key
 from harness.verify.policy import TrustPolicy
 
 from .vectors.generate import HERE, generate
@@ -53,6 +54,25 @@ def test_published_policy_bundle_verifies(tmp_path: Path) -> None:
     start = json.loads((HERE / "policy-audit.jsonl").read_bytes().splitlines()[0])
     assert start["kind"] == "run.start" and start["v"] == 2
     assert start["body"]["plan_sha256"] == hashlib.sha256(plan).hexdigest()
+
+
+def test_published_proxy_bundle_verifies_and_its_keys_recompute() -> None:
+    """The proxied run: its exchanges, sources and journal members (last in the tar) verify,
+    and each published request/parameters pair gives its published key (proxy.md §4)."""
+    facts = _facts()
+    report = verify_bundle(
+        HERE / "proxy-bundle.tar", pins=TrustPolicy(frozenset({str(facts["key_id"])}), "test")
+    )
+    assert report.status.value == "verified", report.failure
+    semantics = next(c for c in report.checks if c.name == "semantics")
+    assert "4 journal blobs match, 2 keys recompute" in semantics.detail
+    for item in json.loads((HERE / "proxy-keys.json").read_text()):
+        request = item["request"].encode()
+        assert recompute_exchange_key(item["family"], request, item["parameters"]) == item["key"]
+    kinds = [
+        json.loads(line)["kind"] for line in (HERE / "proxy-replay.jsonl").read_bytes().splitlines()
+    ]
+    assert kinds == ["model.exchange"] * 3
 
 
 def _facts() -> dict[str, object]:

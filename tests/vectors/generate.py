@@ -10,6 +10,7 @@ compares bytes, so a change to any format shows up as a diff here, on purpose.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import sys
 import tarfile
@@ -30,6 +31,7 @@ from harness.verify.layout import (
     receipt_member,
     store_member,
 )
+from harness.verify.modelkey import api_of, exchange_key
 from harness.verify.records import STORES
 
 from ..corpus import RUN_ID, operator_keys, record_run
@@ -38,6 +40,13 @@ from ..test_rules_evidence import PLAN, lawful
 
 HERE = Path(__file__).resolve().parent
 POLICY_RUN = "policy-run"
+PROXY_RUN = "proxy-run"
+EGRESS = [
+    {"credential": True, "family": "anthropic", "host": "api.anthropic.com",
+     "path_prefix": "/v1/", "port": 443, "route": "anthropic", "scheme": "https"},
+    {"credential": True, "family": "openai", "host": "api.openai.com",
+     "path_prefix": "/v1/", "port": 443, "route": "openai", "scheme": "https"},
+]  # fmt: skip
 
 
 def generate(out: Path) -> list[Path]:
@@ -91,7 +100,92 @@ def generate(out: Path) -> list[Path]:
     put("policy-bundle.tar", policy["bundle"])
     put("policy-plan.json", policy[plan_member(POLICY_RUN)])
     put("policy-audit.jsonl", policy[store_member(POLICY_RUN, "audit")])
+    proxy, keyed = _proxy_bundle(keys)
+    put("proxy-bundle.tar", proxy["bundle"])
+    put("proxy-replay.jsonl", proxy[store_member(PROXY_RUN, "replay")])
+    put("proxy-keys.json", json.dumps(keyed, indent=2, sort_keys=True).encode() + b"\n")
     return written
+
+
+def _exchange(seq: int, route: str, path: str, request: bytes, response: bytes,
+              headers: dict[str, str], usage: dict[str, int | None]) -> dict[str, Any]:  # fmt: skip
+    family = next(str(e["family"]) for e in EGRESS if e["route"] == route)
+    found = exchange_key(family, request, "POST", path, headers)
+    return {
+        "batch": "b0001", "seq": seq, "route": route, "method": "POST", "path": path,
+        "outcome": "answered", "status": 200, "family": family, "api": api_of(family, path),
+        "upstream": f"https://api.{family}.com:443", "key": found.key, "model": found.model,
+        "stream": found.stream, "parameters": found.parameters,
+        "request_sha256": hashlib.sha256(request).hexdigest(),
+        "response_sha256": hashlib.sha256(response).hexdigest(), "journaled": True,
+        "usage": usage, "dropped_credentials": ["x-api-key"] if family == "anthropic" else [],
+        "reason": None, "response_bytes": len(response),
+    }  # fmt: skip
+
+
+def _proxy_bundle(keys: Any) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+    """The lawful runtime run with its batch proxied: two journaled answers (Anthropic
+    Messages, OpenAI Responses streamed), one refused request (no route), their sources, and
+    the four journal blobs (``journal/<sha256>``, last in the tar); ``proxy-keys.json`` lists
+    each request blob with its parameters and key (the known answers of proxy.md §4)."""
+    blobs = {
+        "anthropic-request": b'{"max_tokens": 64, "messages": [{"content": "hi", "role": '
+        b'"user"}], "metadata": {"user_id": "u-1"}, "model": "claude-x"}',
+        "anthropic-response": b'{"content":[{"text":"hello","type":"text"}],"id":"msg_1",'
+        b'"model":"claude-x","role":"assistant","stop_reason":"end_turn","type":"message",'
+        b'"usage":{"cache_creation_input_tokens":0,"cache_read_input_tokens":3,'
+        b'"input_tokens":9,"output_tokens":1}}',
+        "openai-request": b'{"model":"gpt-x","input":"hi","stream":true,"user":"u-1"}',
+        "openai-response": b'event: response.completed\ndata: {"type":"response.completed",'
+        b'"response":{"usage":{"input_tokens":4,"output_tokens":1}}}\n\n',
+    }
+    exchanges = [
+        _exchange(1, "anthropic", "/v1/messages", blobs["anthropic-request"],
+                  blobs["anthropic-response"], {"anthropic-version": "2023-06-01"},
+                  {"input_tokens": 9, "output_tokens": 1, "cache_read": 3, "cache_write": 0}),
+        _exchange(2, "openai", "/v1/responses", blobs["openai-request"],
+                  blobs["openai-response"], {},
+                  {"input_tokens": 4, "output_tokens": 1, "cache_read": None, "cache_write": None}),
+        {"batch": "b0001", "seq": 3, "route": "-", "method": "CONNECT", "path": "evil.example:443",
+         "outcome": "refused", "status": 403, "family": None, "api": None, "upstream": None,
+         "key": None, "model": None, "stream": False, "parameters": None, "request_sha256": None,
+         "response_sha256": None, "journaled": False, "usage": None, "dropped_credentials": [],
+         "reason": "tunnels are refused: CONNECT evil.example:443 is not on the allow-list",
+         "response_bytes": 0},
+    ]  # fmt: skip
+    records: list[tuple[str, str, dict[str, Any]]] = []
+    for store, kind, body in lawful():
+        if kind == "agent.spawn":
+            body = {**body, "sandbox": {**body["sandbox"], "egress": EGRESS}}
+        records.append((store, kind, body))
+        if kind == "agent.spawn":
+            records += [
+                ("audit", "model.source", {"batch": "b0001", "seq": seq, "source": "live"})
+                for seq in (1, 2)
+            ]
+    records += [("replay", "model.exchange", body) for body in exchanges]
+    keyed = [
+        {"family": e["family"], "request": blobs[f"{e['family']}-request"].decode(),
+         "parameters": e["parameters"], "model": e["model"], "key": e["key"]}
+        for e in exchanges[:2]
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "state"
+        with RunRecorder(state, PROXY_RUN, keys, clock=LogicalClock()) as recorder:
+            recorder.write_plan(plan_bytes(PLAN))
+            for store, kind, body in with_control(records, plan_bytes(PLAN)):
+                recorder.record(store, kind, body)
+            recorder.checkpoint_all()
+        folder = state / "journals" / PROXY_RUN / "blobs"
+        folder.mkdir(parents=True)
+        for data in blobs.values():
+            (folder / hashlib.sha256(data).hexdigest()).write_bytes(data)
+        bundle = export_bundle(state, Path(tmp) / "bundle.tar", keys).path
+        out = {"bundle": bundle.read_bytes()}
+        with tarfile.open(bundle) as tar:
+            for m in tar.getmembers():
+                out[m.name] = tar.extractfile(m).read()  # type: ignore[union-attr]
+    return out, keyed
 
 
 def _policy_bundle(keys: Any) -> dict[str, bytes]:
