@@ -453,3 +453,26 @@ def test_the_trifecta_sees_the_allow_list(
     assert "external_comm via adapter:claude" in denied["reason"]
     assert not fake.seen and not marker.exists()
     assert _verified(repo, keys, tmp_path).status.value == "verified"
+
+
+def test_the_agents_variables_per_adapter_and_route() -> None:
+    from harness.orchestrate.modelroutes import BUILTIN_ROUTES, ModelRoute
+    from harness.orchestrate.runner.proxied import agent_env
+
+    routes = [BUILTIN_ROUTES["anthropic"], BUILTIN_ROUTES["openai"]]
+    host = {"GOOSE_PROVIDER": "anthropic", "GOOSE_MODEL": "m", "ANTHROPIC_API_KEY": "sk-x",
+            "CLAUDE_CODE_OAUTH_TOKEN": "t", "ANTHROPIC_BASE_URL": "https://elsewhere"}  # fmt: skip
+    env = agent_env(routes, 8377, adapter="goose", passthrough=host)
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8377/anthropic"
+    assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:8377/openai/v1"
+    assert env["ANTHROPIC_HOST"] == "http://127.0.0.1:8377/anthropic/"
+    assert env["OPENAI_HOST"] == "http://127.0.0.1:8377/openai/"  # goose adds v1/chat/...
+    assert env["ANTHROPIC_API_KEY"] == env["OPENAI_API_KEY"] == "harness-proxy"
+    assert env["GOOSE_PROVIDER"] == "anthropic" and env["GOOSE_MODEL"] == "m"
+    assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    assert env["NO_PROXY"] == "127.0.0.1,localhost" and env["HTTPS_PROXY"].endswith(":8377")
+    # only the first route of a family is the base URL; a narrowed batch gets no other
+    fake = ModelRoute("fake", "openai", "http://127.0.0.1:9/custom/v1")
+    env = agent_env([fake, routes[1]], 5, adapter="aider", passthrough=host)
+    assert env["OPENAI_BASE_URL"] == env["OPENAI_API_BASE"] == "http://127.0.0.1:5/fake/custom/v1"
+    assert "ANTHROPIC_BASE_URL" not in env and "ANTHROPIC_API_KEY" not in env

@@ -157,7 +157,7 @@ class BatchJob:
         timeout_s = max(task.timeout_s for task in self.tasks)
         argv = adapter.argv(request)
         network = batch_network(self.tasks, run.capabilities)
-        self.proxy = self._open_proxy(network)
+        self.proxy = self._open_proxy(network, adapter_env_names(adapter))
         proxy = self.proxy
         profile, env = run.sandbox.agent(
             self.dirs,
@@ -216,7 +216,7 @@ class BatchJob:
             run.move(task.id, S.IN_PROGRESS, f"agent for {self.batch.id} started")
         return True
 
-    def _open_proxy(self, network: bool) -> BatchProxy | None:
+    def _open_proxy(self, network: bool, names: tuple[str, ...]) -> BatchProxy | None:
         """The batch's proxy when its adapter is proxied (docs/spec/runtime.md §11a): on
         ``<io>/model.sock`` behind the bridge when sandboxed without network, else on a
         loopback port. Rounds tasks and remote executors keep the unproxied path."""
@@ -227,7 +227,10 @@ class BatchJob:
         if routes is None:
             return None
         bridged = run.sandbox.available and not network
-        return open_proxy(run, self.dirs.io, routes, bridged=bridged)
+        return open_proxy(
+            run, self.dirs.io, routes, bridged=bridged, adapter=self.batch.adapter,
+            adapter_env=names,
+        )  # fmt: skip
 
     def stop_proxy(self) -> None:
         """After the agent exited (or never started): drain and close the proxy."""

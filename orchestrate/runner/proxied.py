@@ -113,27 +113,82 @@ def upstream_of(route: ModelRoute, host_env: Mapping[str, str]) -> Upstream:
     )
 
 
-def agent_env(routes: Sequence[ModelRoute], port: int) -> dict[str, str]:
-    """The proxied agent's variables (no secret in any of them)."""
+SECRET_MARKERS: Final = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+"""An adapter variable whose name holds one of these is a credential: never passed to a
+proxied agent (the proxy holds the key)."""
+
+
+ENDPOINT_MARKERS: Final = ("BASE_URL", "API_BASE", "_HOST", "PROXY")
+"""Endpoint variables are the proxy's to set: never passed through from the runtime."""
+
+
+def is_secret_name(name: str) -> bool:
+    """A credential, or an endpoint (the runtime's would bypass the proxy)."""
+    upper = name.upper()
+    return any(marker in upper for marker in SECRET_MARKERS + ENDPOINT_MARKERS)
+
+
+def agent_env(
+    routes: Sequence[ModelRoute],
+    port: int,
+    *,
+    adapter: str = "",
+    passthrough: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The proxied agent's variables (no secret in any of them).
+
+    ``passthrough``: the adapter's own variables that are configuration, not credentials
+    (``GOOSE_PROVIDER``, ``GOOSE_MODEL``), as the runtime has them; the proxy's variables
+    win over them. Per adapter, the names its CLI reads the endpoint from besides the SDKs'
+    (assumed, see the adapter modules): aider (litellm) ``ANTHROPIC_API_BASE`` and
+    ``OPENAI_API_BASE``; goose ``ANTHROPIC_HOST`` / ``OPENAI_HOST``, URLs it joins its API
+    paths to (``v1/messages``, ``v1/chat/completions``): the route's URL with a trailing
+    ``/`` and without the base path's final ``/v1``.
+    """
     proxy = f"http://{LOOPBACK}:{port}"
-    env: dict[str, str] = {}
+    env: dict[str, str] = {
+        name: value for name, value in (passthrough or {}).items() if not is_secret_name(name)
+    }
+    seen: set[str] = set()
     for route in routes:
+        if route.family in seen:
+            continue
+        seen.add(route.family)
         base = f"{proxy}/{route.route}{route.base_path}"
-        if route.family == "anthropic" and "ANTHROPIC_BASE_URL" not in env:
+        host = f"{proxy}/{route.route}{route.base_path.removesuffix('/v1')}/"
+        if route.family == "anthropic":
             env["ANTHROPIC_BASE_URL"] = base
             env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
-        elif route.family == "openai" and "OPENAI_BASE_URL" not in env:
+            if adapter == "aider":
+                env["ANTHROPIC_API_BASE"] = base
+            elif adapter == "goose":
+                env["ANTHROPIC_HOST"] = host
+        else:
             env["OPENAI_BASE_URL"] = base
             env["OPENAI_API_KEY"] = PLACEHOLDER_KEY
             env["CODEX_API_KEY"] = PLACEHOLDER_KEY
+            if adapter == "aider":
+                env["OPENAI_API_BASE"] = base
+            elif adapter == "goose":
+                env["OPENAI_HOST"] = host
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
         env[name] = proxy
     env["NO_PROXY"] = env["no_proxy"] = f"{LOOPBACK},localhost"
     return env
 
 
-def open_proxy(run: RunCore, io: Path, route_names: Sequence[str], *, bridged: bool) -> BatchProxy:
-    """Start the batch's proxy (serving before the spawn is recorded)."""
+def open_proxy(
+    run: RunCore,
+    io: Path,
+    route_names: Sequence[str],
+    *,
+    bridged: bool,
+    adapter: str = "",
+    adapter_env: Sequence[str] = (),
+) -> BatchProxy:
+    """Start the batch's proxy (serving before the spawn is recorded). ``adapter_env``: the
+    adapter's variable names; those that are not credentials pass through (with their
+    runtime values), the credentials never."""
     routes = tuple(
         found for found in (resolve(name, run.plan.models) for name in route_names) if found
     )
@@ -148,7 +203,10 @@ def open_proxy(run: RunCore, io: Path, route_names: Sequence[str], *, bridged: b
         server = ProxyServer(allow, journal)
         port = server.port
     server.start()
-    return BatchProxy(server, routes, bridged, path, agent_env(routes, port))
+    host = run.sandbox.host_env
+    passthrough = {name: host[name] for name in adapter_env if name in host}
+    env = agent_env(routes, port, adapter=adapter, passthrough=passthrough)
+    return BatchProxy(server, routes, bridged, path, env)
 
 
 # ---- records ---------------------------------------------------------------------------------
