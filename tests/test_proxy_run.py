@@ -476,3 +476,23 @@ def test_the_agents_variables_per_adapter_and_route() -> None:
     env = agent_env([fake, routes[1]], 5, adapter="aider", passthrough=host)
     assert env["OPENAI_BASE_URL"] == env["OPENAI_API_BASE"] == "http://127.0.0.1:5/fake/custom/v1"
     assert "ANTHROPIC_BASE_URL" not in env and "ANTHROPIC_API_KEY" not in env
+
+
+@pytest.mark.skipif(not BWRAP.available, reason=f"no bubblewrap sandbox: {BWRAP.reason}")
+def test_a_plan_adapter_with_models_is_proxied(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path, kept_io: Path
+) -> None:
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "mini", "fix"))
+    plan["adapter"] = {"mini": {"command": ["claude", "-p"], "models": ["anthropic"]}}
+    plan["task"][0]["scope"] = ["answer-claude-t1.txt"]
+    repo = _fresh(tmp_path / "a")
+    journal = Journal(repo / ".harness" / "journals" / "r1", "live")
+    summary = _runtime(
+        repo, plan, keys, journal, sandbox=Settings(), capabilities=DEFAULT_MATRIX
+    ).run()
+    assert summary.states == {"t1": TaskState.DONE}
+    (exchange,) = _kinds(_records(repo, "replay"), "model.exchange")
+    assert exchange["outcome"] == "answered" and exchange["route"] == "anthropic"
+    assert fake.seen[0].headers["x-api-key"] == ANT_KEY
+    assert _verified(repo, keys, tmp_path).status.value == "verified"
