@@ -119,6 +119,9 @@ TESTS: dict[str, list[str]] = {
     "verify/rules/readings.py": CONTROL_RULE_TESTS,
     "verify/rules/meta.py": ["tests/test_rules_meta.py", "tests/test_rules_control_survivors.py"],
     "receipts/euaiact_control.py": ["tests/test_control_runtime.py"],
+    "verify/modelkey.py": ["tests/test_modelkey.py", "tests/test_journal_bundle.py"],
+    "verify/exchangecheck.py": ["tests/test_exchange_check.py"],
+    "verify/journalcheck.py": ["tests/test_journal_bundle.py"],
 }
 
 

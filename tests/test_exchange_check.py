@@ -7,14 +7,18 @@ one at a time and the check must name the record and the reason.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
+from harness.verify.errors import SchemaError
 from harness.verify.exchangecheck import ExchangeCheck, ExchangeError, egress_routes
-from harness.verify.records import Record
+from harness.verify.records import Record, check_body
 
 from .exchange_helpers import Session, error_session, live_session, replay_session
 from .fake_model_server import FakeModelServer
@@ -306,3 +310,53 @@ def test_a_proxied_batchs_usage_is_its_exchanges(sessions: tuple[Session, ...]) 
         fold(*_exit_usage(live, None))
     fold(*_exit_usage(failed, None))  # nothing answered: null is the sum
     fold(*_exit_usage(failed, {"input_tokens": 0, "output_tokens": 0, "cost_micros": 5}))
+
+
+# ---- bad input: only ExchangeError, never a crash ----------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 2**53) | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_schema_valid_mutation_is_refused_cleanly(
+    sessions: tuple[Session, ...], data: st.DataObject
+) -> None:
+    """Members replaced by arbitrary JSON that still passes the record schema: the fold
+    raises ExchangeError or nothing, never another exception (bad input never crashes)."""
+    session = data.draw(st.sampled_from(sessions))
+    audit, replay = records_of(session)
+    pool: dict[str, list[Any]] = {}
+    for other in sessions:
+        for other_body in other.bodies():
+            for name, value in other_body.items():
+                pool.setdefault(name, []).append(value)
+    index = data.draw(st.integers(0, len(replay) - 1))
+    body = copy.deepcopy(replay[index])
+    for _ in range(data.draw(st.integers(1, 3))):
+        member = data.draw(st.sampled_from(sorted(body)))
+        nested = data.draw(st.booleans()) and isinstance(body[member], dict) and body[member]
+        if nested:
+            inner = data.draw(st.sampled_from(sorted(body[member])))
+            body[member][inner] = data.draw(_json)
+        else:
+            seen = st.sampled_from(pool[member]).map(copy.deepcopy)
+            body[member] = data.draw(st.one_of(seen, seen, seen, _json))
+    try:
+        check_body("replay", "model.exchange", body)
+    except SchemaError:
+        event("schema refuses")
+        return  # the records check refuses it before any fold
+    replay[index] = body
+    egress = data.draw(st.sampled_from([session.egress, [], [{"route": 1}], ...]))
+    audit[0] = spawn(session.batch, egress)
+    with contextlib.suppress(ExchangeError):
+        fold(audit, replay)
