@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("sigstore")  # the extra harness-verify[sigstore]; CI installs it
+
 from tests.sigstore_helpers import (
     GITHUB_ISSUER,
     OAUTH_ISSUER,

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("sigstore")  # the extra harness-verify[sigstore]; CI installs it
+
 from harness.orchestrate import git as hgit
 from harness.orchestrate.capabilities import DEFAULT_MATRIX
 from harness.orchestrate.clock import LogicalClock

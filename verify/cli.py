@@ -470,22 +470,22 @@ def gate_command(
     from .basepolicy import BaseRefReader, resolve_gate_policy
     from .gate import GateUsageError, resolve_commit, run_gate
     from .gate_render import render_gate, render_gate_text, render_markdown
-    from .policy import PolicyError
+    from .policy import DISK, PolicyError
 
     cwd = Path.cwd()
     where = cwd if repo is None else (repo if repo.is_absolute() else cwd / repo)
     try:
         # Pins come from outside the change: flags, an explicit policy, or the base ref's
         # policy; any file inside the checkout is read as committed on the base ref.
-        pins = resolve_gate_policy(
-            _trusted_keys(trusted_key), policy, where, resolve_commit(where, base), where
-        )
+        base_commit = resolve_commit(where, base)
+        pins = resolve_gate_policy(_trusted_keys(trusted_key), policy, where, base_commit, where)
         if require_sandbox:
             pins = dataclasses.replace(pins, require_sandbox=True)
         # identity pins: a --trusted-root inside the checkout is read from --base, as keys are
+        root_reader = DISK if trusted_root is None else BaseRefReader(where, base_commit)
         pins, witness = sigstore_trust(
             pins, sigstore_bundle, cert_identity, cert_identity_regex, cert_oidc_issuer,
-            trusted_root, BaseRefReader(where, resolve_commit(where, base)),
+            trusted_root, root_reader,
         )  # fmt: skip
         if witness is not None and bundle.is_file():
             report = gate_witnessed(witness, where, base, head, bundle, pins)
