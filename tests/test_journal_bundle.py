@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import shutil
 import tarfile
 from collections.abc import Callable, Iterator
@@ -23,10 +24,17 @@ import pytest
 
 from harness.orchestrate.clock import LogicalClock
 from harness.orchestrate.plandoc import plan_bytes
+from harness.orchestrate.proxy import Exchange
 from harness.receipts.bundle import ExportError, export_bundle
 from harness.receipts.run import RunRecorder
 from harness.verify.bundle import verify_bundle
-from harness.verify.layout import canonical_member_order, journal_digest, journal_member
+from harness.verify.layout import (
+    JOURNAL_REQUEST_MAX_BYTES,
+    canonical_member_order,
+    journal_digest,
+    journal_member,
+)
+from harness.verify.modelkey import exchange_key
 from harness.verify.policy import TrustPolicy
 from harness.verify.report import Report
 
@@ -330,3 +338,59 @@ def test_journal_members_are_not_bundled_without_references(tmp_path: Path) -> N
     data = export_bundle(state, tmp_path / "b.tar", KEYS).path.read_bytes()
     assert not [n for n in _names(data) if journal_digest(n)]
     assert _verify(data).exit_code == 0
+
+
+# ---- bounds on request blobs -------------------------------------------------------------------
+
+
+def _crafted(request: bytes, response: bytes = b'{"type":"message"}') -> Session:
+    """A session of one journaled Anthropic answer with these exact blobs (no proxy needed:
+    the bounds are the verifier's, whatever the proxy accepted)."""
+    found = exchange_key("anthropic", request, "POST", "/v1/messages", {})
+    exchange = Exchange(
+        seq=1, route="anthropic", method="POST", path="/v1/messages", outcome="answered",
+        status=200, source="live", family="anthropic", api="anthropic-messages",
+        upstream="https://api.anthropic.com:443", key=found.key, model=found.model,
+        stream=found.stream, parameters=found.parameters,
+        request_sha256=hashlib.sha256(request).hexdigest(),
+        response_sha256=hashlib.sha256(response).hexdigest(), journaled=True,
+        response_bytes=len(response),
+    )  # fmt: skip
+    egress: list[dict[str, object]] = [
+        {"credential": True, "family": "anthropic", "host": "api.anthropic.com",
+         "path_prefix": "/v1/", "port": 443, "route": "anthropic", "scheme": "https"},
+    ]  # fmt: skip
+    return Session("b0001", egress, [exchange])
+
+
+def _blob_folder(tmp: Path, *blobs: bytes) -> Path:
+    folder = tmp / "journal"
+    (folder / "blobs").mkdir(parents=True)
+    for blob in blobs:
+        (folder / "blobs" / hashlib.sha256(blob).hexdigest()).write_bytes(blob)
+    return folder
+
+
+def test_a_tool_heavy_request_passes_and_a_container_bomb_does_not(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(8)}}
+    tools = [{"name": f"tool{i}", "description": "d", "input_schema": schema} for i in range(80)]
+    real = json.dumps({"model": "claude-x", "max_tokens": 64, "tools": tools,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    response = b'{"type":"message"}'
+    report = _verify(_export(tmp_path / "a", _crafted(real), _blob_folder(tmp_path / "a", real,
+                                                                          response)))  # fmt: skip
+    assert report.status.value == "verified", report.failure
+    bomb = b'{"model":"m","x":[' + b",".join([b"[]"] * 30000) + b"]}"
+    report = _verify(_export(tmp_path / "b", _crafted(bomb), _blob_folder(tmp_path / "b", bomb,
+                                                                          response)))  # fmt: skip
+    _refused(report, "semantics", journal_member(hashlib.sha256(bomb).hexdigest()), "too dense")
+
+
+def test_a_request_blob_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
+    big = b'{"model":"m","text":"' + b"x" * (JOURNAL_REQUEST_MAX_BYTES + 1) + b'"}'
+    response = b'{"type":"message"}'
+    data = _export(tmp_path, _crafted(big), _blob_folder(tmp_path, big, response))
+    report = _verify(data)
+    assert report.status.value == "unreadable", report.failure
+    assert report.failure is not None
+    assert "over the 16777216-byte limit" in report.failure.reason

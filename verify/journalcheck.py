@@ -10,9 +10,11 @@ exchanges check), so each blob is checked as it streams past, one at a time:
   nothing rides along with signed evidence);
 * J2 its bytes hash to its name and are UTF-8 (the journal stores texts);
 * J3 as a response blob, its length is the exchange's ``response_bytes``;
-* J4 as a request blob (read whole, at most ``JOURNAL_REQUEST_MAX_BYTES``), the exchange's
-  ``key`` recomputes from it and the recorded ``parameters`` (``harness.verify.modelkey``),
-  and the recomputation finds the recorded ``model`` and ``stream``;
+* J4 as a request blob (read whole, at most ``JOURNAL_REQUEST_MAX_BYTES``, and no denser in
+  JSON containers than ``JOURNAL_CONTAINER_DENSITY`` allows, checked before decoding), the
+  exchange's ``key`` recomputes from it and the recorded ``parameters``
+  (``harness.verify.modelkey``), and the recomputation finds the recorded ``model`` and
+  ``stream``;
 * J5 at the end, every referenced blob was present.
 
 Response blobs are streamed (a SHA-256 and an incremental UTF-8 decoder), never held.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,10 +33,24 @@ from .archive import ArchiveError, ArchiveReader, Member
 from .bundlehead import HashingMember
 from .errors import VerificationError
 from .exchangecheck import JournalRef
-from .layout import JOURNAL_REQUEST_MAX_BYTES, journal_digest, journal_member
+from .layout import (
+    JOURNAL_CONTAINER_DENSITY,
+    JOURNAL_REQUEST_MAX_BYTES,
+    journal_digest,
+    journal_member,
+)
 from .modelkey import ModelKeyError, exchange_key, recompute_exchange_key
 
 _STEP: Final = 1 << 20
+
+
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _containers(body: bytes) -> int:
+    """``[`` and ``{`` outside JSON strings (linear: the string pattern cannot backtrack)."""
+    rest = _STRING.sub(b"", body)
+    return rest.count(b"[") + rest.count(b"{")
 
 
 class JournalError(VerificationError):
@@ -118,7 +135,12 @@ class JournalCheck:
                 at = f"{ref.where} (batch {ref.batch!r} exchange {ref.seq})"
                 raise _refuse(name, f"{size} bytes, but {at} says {ref.response_bytes}")
         if whole is not None:
-            self._keys(name, b"".join(whole), uses.requests)
+            body = b"".join(whole)
+            containers = _containers(body)
+            if containers > 256 + len(body) // JOURNAL_CONTAINER_DENSITY:
+                detail = f"{containers} JSON arrays/objects in {len(body)} bytes"
+                raise _refuse(name, f"request blob with {detail}: too dense, not decoded")
+            self._keys(name, body, uses.requests)
 
     def _keys(self, name: str, body: bytes, refs: list[JournalRef]) -> None:
         for ref in refs:

@@ -60,9 +60,14 @@ JOURNAL_PREFIX: Final = "journal/"
 this prefix, named by their SHA-256, shared by every run of the bundle. They come last in
 the tar, after every run's stores (``canonical_member_order``), so that a verifier knows which
 blobs the replay stores reference, and what each must hold, before it streams them."""
-JOURNAL_REQUEST_MAX_BYTES: Final = 64 << 20
-"""Largest request blob a verifier reads whole to recompute its key (4x the proxy's 16 MiB
-request body cap); response blobs are streamed and bounded only by the archive limits."""
+JOURNAL_REQUEST_MAX_BYTES: Final = 16 << 20
+"""Largest request blob a verifier reads whole to recompute its key (the proxy's default
+request body cap, ``Limits.max_body``); response blobs are streamed and bounded only by the
+archive limits."""
+JOURNAL_CONTAINER_DENSITY: Final = 16
+"""A request blob has at most one ``[`` or ``{`` outside its strings per this many bytes (plus
+256): model requests are mostly text, and the bound keeps a hostile blob from making the
+decoder allocate containers by the million (tool schemas, the densest real part, are ~1/18)."""
 
 
 def journal_member(digest: str) -> str:
