@@ -155,16 +155,57 @@ def test_a_tampered_bundle_fails(signed: Signed, tmp_path: Path) -> None:
     assert code == 1 and report["passed"] is False, report
 
 
-def test_a_genuine_bundle_the_sigstore_bundle_is_not_for_fails(signed: Signed) -> None:
-    # same operator key, same repository, another genuine run: the Sigstore bundle signs the
-    # first bundle.tar's bytes, not these
+@pytest.fixture(scope="module")
+def again(signed: Signed) -> Path:
+    """Another genuine bundle of the same operator key (a second run in another clone)."""
     other = signed.folder / "other-repo"
     make_repo(other)
-    again = _run(signed.folder, other, signed.keys, "again", EDIT)
-    shutil.copy(again, signed.folder / "again-copy.tar")
+    return _run(signed.folder, other, signed.keys, "again", EDIT)
+
+
+def test_a_genuine_bundle_the_sigstore_bundle_is_not_for_fails(signed: Signed, again: Path) -> None:
+    # same operator key, same change, another genuine run: the Sigstore bundle signs the
+    # first bundle.tar's bytes, not these
+    code, report = gate(signed, "--trusted-key", signed.keys.key_id, bundle=again)
+    assert report["bundle_status"] == "verified", report  # control: the bundle is genuine
     code, report = gate(signed, *_identity(signed), bundle=again)
     assert code == 3, report
     assert "artifact: the artifact's SHA-256 is not the digest" in report["reason"]
+
+
+def test_the_witness_checks_the_bytes_the_verification_read(
+    signed: Signed, again: Path, tmp_path: Path
+) -> None:
+    """The Sigstore bundle is checked against the digest of what the verification pass read,
+    not of the file as it was (or is) elsewhere: a file rewritten under the open handle
+    between the head read and the pass is verified as the new bytes, and refused."""
+    from harness.verify.archive import Limits
+    from harness.verify.bundle import verify_bundle
+    from harness.verify.policy import EMPTY_POLICY, TrustPolicy
+    from harness.verify.report import Report, Status
+    from harness.verify.sigstore_bind import prepare_witness
+    from harness.verify.sigstore_identity import SigstoreTrust, identity_pin
+
+    trust = SigstoreTrust(
+        (identity_pin(CI, GITHUB_ISSUER),), signed.root.read_bytes(), "root", "test"
+    )
+    witness = prepare_witness(trust, signed.sigstore)
+    target = tmp_path / "bundle.tar"
+    shutil.copy(signed.bundle, target)
+
+    def honest(stream: Any, pins: TrustPolicy) -> Report:
+        return verify_bundle(stream, pins=pins)
+
+    report, refusal = witness.run(target, EMPTY_POLICY, Limits(), honest)
+    assert refusal is None and report.status is Status.VERIFIED, (refusal, report.failure)
+
+    def swapped(stream: Any, pins: TrustPolicy) -> Report:
+        target.write_bytes(again.read_bytes())  # in place: the open handle reads these bytes
+        return verify_bundle(stream, pins=pins)
+
+    report, refusal = witness.run(target, EMPTY_POLICY, Limits(), swapped)
+    assert report.status is Status.VERIFIED  # the other bundle is genuine, same key...
+    assert refusal is not None and "artifact" in refusal, refusal  # ...but not what was signed
 
 
 def test_bundle_mode_with_the_identity_flags(signed: Signed) -> None:
