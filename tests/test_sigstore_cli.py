@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 pytest.importorskip("sigstore")  # the extra harness-verify[sigstore]; CI installs it
 
@@ -38,6 +39,9 @@ DSSE_SUBJECT = "sha256:a0cfc71271d6e278e57cd332ff957c3f7043fdda354c4cbb190a30d56
 DSSE_IDENTITY = (
     "https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/.github/"
     "workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main"
+)
+SCHEMA = Draft202012Validator(
+    json.loads((Path(__file__).parents[1] / "schemas" / "sigstore-report.schema.json").read_text())
 )
 IDENTITIES = {
     "bundle.txt": "a@tny.town",
@@ -68,7 +72,10 @@ def sigstore(
         flag, identity, "--cert-oidc-issuer", issuer, "--format", fmt,
     )  # fmt: skip
     if fmt == "json" and done.stdout:
-        return done.returncode, json.loads(done.stdout)
+        document = json.loads(done.stdout)
+        assert not list(SCHEMA.iter_errors(document)), list(SCHEMA.iter_errors(document))
+        assert document["exit_code"] == done.returncode
+        return done.returncode, document
     return done.returncode, done.stdout + done.stderr
 
 
@@ -410,7 +417,9 @@ def _keyed(
         "sigstore", paths["artifact"], "--bundle", bundle or paths["bundle"],
         "--trusted-root", paths["root"], "--key", paths[key], "--format", "json",
     )  # fmt: skip
-    return done.returncode, json.loads(done.stdout)
+    document = json.loads(done.stdout)
+    assert not list(SCHEMA.iter_errors(document)), list(SCHEMA.iter_errors(document))
+    return done.returncode, document
 
 
 def test_key_signed_bundle_verifies_with_its_key(keyed: dict[str, Path]) -> None:
@@ -453,3 +462,39 @@ def test_key_and_identity_are_exclusive(keyed: dict[str, Path]) -> None:
         keyed["root"], "--key", keyed["artifact"],
     )  # fmt: skip
     assert done.returncode == 2 and "not a PEM public key" in done.stderr
+
+
+def test_an_sct_from_a_ct_log_outside_the_trusted_root_fails_the_sct(tmp_path: Path) -> None:
+    import hashlib
+
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.sigstore_helpers import FakeSigstore, _spki
+
+    instance = FakeSigstore(name="sct")
+    root = instance.write_trusted_root(tmp_path / "root.json")
+    instance.ct_key = ec.generate_private_key(ec.SECP256R1())  # a CT log the root does not know
+    instance.ct_id = hashlib.sha256(_spki(instance.ct_key.public_key())).digest()
+    artifact = tmp_path / "a.txt"
+    artifact.write_bytes(b"a\n")
+    bundle = tmp_path / "a.txt.sigstore.json"
+    bundle.write_text(
+        json.dumps(instance.sign(artifact.read_bytes(), "ci@example.com", "https://i"))
+    )
+    code, report = sigstore(
+        artifact, bundle, identity="ci@example.com", issuer="https://i", root=root
+    )
+    check, reason = failed(report)
+    assert code == 1 and check == "sct" and "SCT" in reason, report
+
+
+def test_a_timestamp_no_trusted_tsa_vouches_for_fails_the_time(tmp_path: Path) -> None:
+    # the Rekor v2 vector's only source of time is its RFC 3161 timestamp
+    document = json.loads(STAGING.read_bytes())
+    document["timestampAuthorities"] = []
+    root = tmp_path / "no-tsa.json"
+    root.write_text(json.dumps(document))
+    name = "staging-rekor-v2.txt"
+    code, report = sigstore(VECTORS / name, _bundle_of(name), identity="jku@goto.fi", root=root)
+    check, reason = failed(report)
+    assert code == 1 and check == "time" and "Timestamp" in reason, report
