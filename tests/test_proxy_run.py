@@ -34,6 +34,7 @@ from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys
 from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import parse_canonical
+from harness.verify.compare import compare_bundles
 from harness.verify.fsm import TaskState
 from harness.verify.policy import TrustPolicy
 
@@ -151,9 +152,14 @@ def _kinds(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [record["body"] for record in records if record["kind"] == kind]
 
 
-def _fresh(root: Path) -> Path:
+def _fresh(root: Path, like: Path | None = None) -> Path:
+    """A new repository, or a copy of ``like`` made before it ran anything (a replay needs the
+    same commits: ``git init`` makes one dated now)."""
     repo = root / "repo"
-    make_repo(repo)
+    if like is None:
+        make_repo(repo)
+    else:
+        shutil.copytree(like, repo, symlinks=True)
     return repo
 
 
@@ -251,11 +257,12 @@ def test_replay_offline_is_byte_identical_and_a_miss_aborts(
 ) -> None:
     keys = make_keys()
     plan = _plan(fake, ("t1", "claude", "fix it TWICE"), ("t2", "codex", "fix STREAM"))
-    first = _fresh(tmp_path / "a")
+    pristine = _fresh(tmp_path / "pristine")
+    first = _fresh(tmp_path / "a", pristine)
     _runtime(first, plan, keys, Journal(first / ".harness" / "journals" / "r1", "live")).run()
     assert len(fake.seen) == 3
     fake.stop()  # offline from here: nothing may reach the model
-    second = _fresh(tmp_path / "b")
+    second = _fresh(tmp_path / "b", pristine)
     _copy_journal(first, second)
     journal = Journal(second / ".harness" / "journals" / "r1", "replay")
     summary = _runtime(second, plan, keys, journal).run()
@@ -267,6 +274,13 @@ def test_replay_offline_is_byte_identical_and_a_miss_aborts(
     assert {s["source"] for s in _kinds(_records(second, "audit"), "model.source")} == {"journal"}
     report = _verified(second, keys, tmp_path / "b")  # journal sources need the blobs
     assert report.status.value == "verified", report.failure
+    original = export_bundle(first / ".harness", tmp_path / "a" / "bundle.tar", keys).path
+    comparison = compare_bundles(
+        original, tmp_path / "b" / "bundle.tar", pins=TrustPolicy(frozenset({keys.key_id}), "t"),
+        hmac_master=keys.hmac_master,
+    )  # fmt: skip
+    # harness-verify compare: same store roots, same decision sequence
+    assert comparison.same, json.dumps(comparison.to_json())[-1500:]
     # a miss: the same plan with an empty journal aborts the run, recorded and sealed
     third = _fresh(tmp_path / "c")
     _copy_journal(first, third, empty=True)
@@ -340,7 +354,8 @@ def test_cli_replay_with_the_logical_clock_is_byte_identical(
     env = {**os.environ}
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(_toml(_plan(fake, ("t1", "claude", "fix it TWICE"))), encoding="utf-8")
-    first = _fresh(tmp_path / "a")
+    pristine = _fresh(tmp_path / "pristine")
+    first = _fresh(tmp_path / "a", pristine)
     harness = [sys.executable, "-c", "from harness.cli import main; main()"]
     init = subprocess.run([*harness, "init", "--repo", str(first), "--keys", str(keys_dir)],
                           capture_output=True, text=True, env=env)  # fmt: skip
@@ -352,7 +367,7 @@ def test_cli_replay_with_the_logical_clock_is_byte_identical(
     )  # fmt: skip
     assert live.returncode == 0, live.stdout + live.stderr
     fake.stop()
-    second = _fresh(tmp_path / "b")
+    second = _fresh(tmp_path / "b", pristine)
     _copy_journal(first, second)
     replay = subprocess.run(
         [*harness, "run", str(plan_file), "--repo", str(second), "--replay", "r1",
