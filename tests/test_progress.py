@@ -5,7 +5,12 @@ that keeps a long silent pass visible. Clocks are injected; one test runs the re
 from __future__ import annotations
 
 import io
+import os
+import pty
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from harness.verify.progress import LOG_EVERY_S, TTY_EVERY_S, Progress, _duration
 
@@ -127,3 +132,63 @@ def test_the_ticker_draws_a_step_that_is_never_repeated() -> None:
     assert "verifying  40% semantics run r" in out.getvalue()
     assert out.getvalue().endswith("\r\033[K")
     assert progress._thread is None
+
+
+def _big_bundle(tmp_path: Path, records: int) -> tuple[Path, str]:
+    from harness.receipts.bundle import export_bundle
+    from harness.receipts.run import RunRecorder
+
+    from .evidence_helpers import make_keys
+
+    keys = make_keys(21)
+    with RunRecorder(tmp_path / "state", "big", keys) as run:
+        audit = run.store("audit")
+        for start in range(0, records, 2000):
+            audit.append_many(
+                ("event", {"name": "tick", "data": {"n": n, "pad": "x" * 200}})
+                for n in range(start, min(records, start + 2000))
+            )
+        run.record("audit", "run.end", {"outcome": "succeeded"})
+    return export_bundle(tmp_path / "state", tmp_path / "big.tar", keys).path, keys.key_id
+
+
+def test_a_terminal_shows_percent_and_passes_and_a_pipe_shows_no_carriage_returns(
+    tmp_path: Path,
+) -> None:
+    """Through the console entry point on a real pseudo-terminal: the rewritten line names the
+    passes with a percentage and is cleared at the end; with stderr a pipe (a CI log of a
+    short run) nothing is drawn; --quiet draws nothing on a terminal either."""
+    bundle, key_id = _big_bundle(tmp_path, 20_000)
+    command = [sys.executable, "-m", "harness.verify.cli", str(bundle), "--trusted-key", key_id]
+
+    def on_pty(*extra: str) -> tuple[int, str]:
+        leader, follower = pty.openpty()
+        done = subprocess.Popen(
+            [*command, *extra], stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(leader)
+        return done.wait(timeout=300), b"".join(chunks).decode("utf-8", "replace")
+
+    code, shown = on_pty()
+    assert code == 0
+    drawn = [line for line in shown.split("\r\x1b[K") if line]
+    assert drawn, shown
+    assert all(line.startswith("verifying ") and "%" in line for line in drawn), drawn
+    assert any(
+        "records runs/big/stores/audit.jsonl" in line and "/20,001" in line for line in drawn
+    )
+    assert shown.endswith("\r\x1b[K")  # the terminal line is cleared before the report
+    code, quiet = on_pty("--quiet")
+    assert code == 0 and quiet == ""
+    piped = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert piped.returncode == 0 and "\r" not in piped.stderr

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,7 @@ from .lineage import FOLD_ORDER
 from .manifest import Manifest
 from .policy import EMPTY_POLICY, TrustPolicy
 from .policycheck import listed_plan_member
+from .progress import ProgressSink
 from .records import STORES, Record, split_mac
 from .report import (
     CHECK_HINTS,
@@ -108,7 +110,8 @@ VERIFY_ORDER: Final = FOLD_ORDER
 """Audit before lineage (which tasks merged decides which writes are final artifacts); the
 archive's sorted order (audit, control, events, lineage, replay) satisfies it."""
 
-Progress = Callable[[str, int], None]
+Progress = ProgressSink
+"""What a verification reports its progress to (``verify.progress``; the CLI draws it)."""
 KeepMember = Callable[[str], bool]
 
 
@@ -169,6 +172,8 @@ def verify_bundle_contents(
     except ArchiveError as exc:
         run.fail("archive", exc, Status.UNREADABLE)
     else:
+        if progress is not None:
+            progress.begin(_input_size(stream), stream.tell)
         try:
             run.read_all(stream)
         except ArchiveError as exc:
@@ -176,6 +181,8 @@ def verify_bundle_contents(
         finally:
             if owned:
                 stream.close()
+    if progress is not None:
+        progress.step("trust")
     run.conclude(pins)
     intact = report.status in (Status.VERIFIED, Status.UNTRUSTED)
     return VerifiedBundle(report, run.kept if intact else {})
@@ -354,6 +361,8 @@ class _Pass:
 
     def _member(self, reader: ArchiveReader, member: Member) -> None:
         name = member.name
+        if self.progress is not None:
+            self.progress.step("members", name)
         parts = name.split("/")
         run_id = parts[1] if len(parts) > 2 and parts[0] == "runs" else None
         if self.run is not None and run_id != self.run.claim.run:
@@ -433,7 +442,7 @@ class _Pass:
                 store=store,
                 run_id=run.claim.run,
                 checkpoints=checkpoints,
-                progress=(lambda n: self.progress(name, n)) if self.progress else None,  # type: ignore[misc]
+                progress=self._records_progress(name, run.claim.stores[store].records),
                 merged_tasks=merged,
                 on_record=self._folder(run, store, name),
             )
@@ -467,6 +476,13 @@ class _Pass:
                     member=quarantine_member(run.claim.run, store),
                 ),
             )
+
+    def _records_progress(self, member: str, total: int) -> Callable[[int], None] | None:
+        sink = self.progress
+        if sink is None:
+            return None
+        sink.step("records", member, 0, total)
+        return lambda done: sink.step("records", member, done, total)
 
     def _folder(self, run: RunState, store: str, member: str) -> Callable[[Record, bytes], None]:
         """Per record: the HMAC chain (with the key) and the semantics fold, errors deferred
@@ -526,6 +542,8 @@ class _Pass:
         run, self.run = self.run, None
         if run is None or not self.checking or len(run.results) != len(STORES):
             return
+        if self.progress is not None:
+            self.progress.step("consistency proofs and receipts", f"run {run.claim.run}")
         proofs, error = check_consistency(run)
         self.counts["consistency"] += proofs
         if error is not None:
@@ -542,6 +560,8 @@ class _Pass:
             except VerificationError as exc:
                 self.fail("receipts", exc)
         if run.semantics is not None:
+            if self.progress is not None:
+                self.progress.step("semantics", f"run {run.claim.run}")
             try:
                 run.semantics.finish()
                 self.counts["tasks"] += len(run.semantics.tasks)
@@ -689,6 +709,16 @@ class _Pass:
             )
             for r in ordered
         ]
+
+
+def _input_size(stream: IO[bytes]) -> int | None:
+    """The input's size in bytes, for the progress percentage (None when it cannot be told)."""
+    if isinstance(stream, io.BytesIO):
+        return len(stream.getbuffer())
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        return None
 
 
 def _store_name(parts: list[str]) -> str | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Final
@@ -90,32 +89,6 @@ RequireSandbox = Annotated[
         "[require] sandbox = true in a policy file); otherwise exit 3.",
     ),
 ]
-
-
-class _Progress:
-    """Progress on stderr: a rewritten line on a TTY, a plain line every few seconds otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tty = sys.stderr.isatty()
-        self.last = time.monotonic()
-
-    def __call__(self, member: str, records: int) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        shown = textsafe.text(member)  # a member name is bundle-controlled
-        if self.tty:
-            sys.stderr.write(f"\rverifying {shown}: {records} records")
-            sys.stderr.flush()
-        elif now - self.last >= 5:
-            sys.stderr.write(f"verifying {shown}: {records} records\n")
-            sys.stderr.flush()
-            self.last = now
-
-    def done(self) -> None:
-        if self.enabled and self.tty:
-            sys.stderr.write("\r\033[K")
 
 
 _COMPRESSION_MAGIC: Final = (
@@ -326,7 +299,9 @@ def bundle_command(
     problem = _input_problem(bundle)
     if problem is not None and fmt is Format.TEXT and output is None:
         raise _fail(problem, ExitCode.UNREADABLE)  # a person at a terminal: one stderr line
-    progress = _Progress(enabled=not quiet)
+    from .progress import Progress
+
+    progress = Progress(enabled=not quiet)
     from .bundle import verify_bundle
 
     if witness is not None and problem is None:
@@ -342,7 +317,7 @@ def bundle_command(
             limits=Limits(max_total_bytes=max_bytes),
             progress=progress,
         )
-    progress.done()
+    progress.end()
     _size_limit_hint(report, max_bytes)
     if problem is not None and report.failure is not None:  # machine formats keep the report
         report.failure = dataclasses.replace(report.failure, hint=problem)

@@ -180,7 +180,7 @@ def verify_store(
             raise type(exc)(
                 f"{where}: {exc}", member=member, line=index + 1, seq=seq if seq >= 0 else None
             ) from None
-        if progress is not None and not (index + 1) & 0xFFFF:
+        if progress is not None and not (index + 1) & 0xFFF:
             progress(index + 1)
         if index == 0:
             result.first_time = record.time
