@@ -16,6 +16,8 @@ Words in the prompt switch on extra behaviour:
   that honours them sends it to the proxy, which must refuse it), and POST to a route that is
   not on the allow-list;
 * ``DIRECT host:port``: also try a direct TCP connection there (it must fail in the sandbox);
+* ``STRANGER``: also POST a model request to the proxy with another key (as a local process
+  that is not the agent would);
 * ``TWICE``: ask the model two questions;
 * ``STREAM``: ask for a stream.
 
@@ -115,6 +117,9 @@ def main() -> int:
         other = f"{proxy[0]}//{proxy[2]}/nowhere/v1/messages"
         seen["offroute"] = _post(other, {"model": "m"}, {})[0]
     words = prompt.split()
+    if "STRANGER" in words:  # what another local process, without the agent's key, gets
+        base = os.environ.get("ANTHROPIC_BASE_URL") or os.environ["OPENAI_BASE_URL"]
+        seen["stranger"] = _post(base + "/v1/messages", {"model": "m"}, {"x-api-key": "sk-x"})[0]
     if "DIRECT" in words:
         host, _, port = words[words.index("DIRECT") + 1].rpartition(":")
         try:

@@ -172,7 +172,9 @@ def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
 ) -> None:
     repo = _fresh(tmp_path / "a")
     keys = make_keys()
-    plan = _plan(fake, ("t1", "claude", "fix it TWICE OFFLIST"), ("t2", "codex", "fix STREAM"))
+    plan = _plan(
+        fake, ("t1", "claude", "fix it TWICE OFFLIST STRANGER"), ("t2", "codex", "fix STREAM")
+    )
     # t1 is granted the network (a web tool): unproxied, its adapter's variables would then
     # be copied from the runtime's environment, CLAUDE_CODE_OAUTH_TOKEN among them
     plan["task"][0]["tools"] = ["web"]
@@ -191,9 +193,12 @@ def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
     assert sorted(by_batch) == ["b0001", "b0002"]
     first, second = by_batch["b0001"], by_batch["b0002"]
     assert [e["seq"] for e in first] == sorted(e["seq"] for e in first)
-    assert [e["outcome"] for e in first] == ["answered", "answered", "refused", "refused"]
+    outcomes = ["answered", "answered", "refused", "refused", "refused"]
+    assert [e["outcome"] for e in first] == outcomes
     assert "example.invalid" in first[2]["reason"] and first[2]["status"] == 403
     assert "'nowhere' is not on the allow-list" in first[3]["reason"]
+    # on a loopback port, a request without the agent's token is refused (and recorded)
+    assert "access token is missing or wrong" in first[4]["reason"]
     assert [(e["outcome"], e["api"], e["stream"]) for e in second] == [
         ("answered", "openai-responses", True)
     ]
@@ -229,8 +234,8 @@ def test_a_proxied_run_records_every_exchange_and_no_key_reaches_the_agent(
         assert "R2_ANT_KEY" not in env and "CLAUDE_CODE_OAUTH_TOKEN" not in env
         assert env["HTTP_PROXY"].startswith("http://127.0.0.1:")
     claude_env = json.loads((kept_io / "r1-b0001" / "agent.json").read_text())
-    assert claude_env["env"]["ANTHROPIC_API_KEY"] == "harness-proxy"
-    assert claude_env["offlist"] == 403 and claude_env["offroute"] == 403
+    assert claude_env["env"]["ANTHROPIC_API_KEY"].startswith("harness-proxy-")
+    assert claude_env["offlist"] == claude_env["offroute"] == claude_env["stranger"] == 403
     # budgets: the proxy's figures, not the CLI's made-up 999999
     exits = {e["batch"]: e["usage"] for e in _kinds(audit, "agent.exit")}
     for batch, bodies in by_batch.items():
@@ -482,7 +487,7 @@ def test_the_agents_variables_per_adapter_and_route() -> None:
     assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:8377/openai/v1"
     assert env["ANTHROPIC_HOST"] == "http://127.0.0.1:8377/anthropic/"
     assert env["OPENAI_HOST"] == "http://127.0.0.1:8377/openai/"  # goose adds v1/chat/...
-    assert env["ANTHROPIC_API_KEY"] == env["OPENAI_API_KEY"] == "harness-proxy"
+    assert env["ANTHROPIC_API_KEY"] == env["OPENAI_API_KEY"] == "harness-proxy"  # bridged
     assert env["GOOSE_PROVIDER"] == "anthropic" and env["GOOSE_MODEL"] == "m"
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
     assert env["NO_PROXY"] == "127.0.0.1,localhost" and env["HTTPS_PROXY"].endswith(":8377")
@@ -511,3 +516,28 @@ def test_a_plan_adapter_with_models_is_proxied(
     assert exchange["outcome"] == "answered" and exchange["route"] == "anthropic"
     assert fake.seen[0].headers["x-api-key"] == ANT_KEY
     assert _verified(repo, keys, tmp_path).status.value == "verified"
+
+
+def test_a_loopback_proxy_admits_only_its_access_token(
+    tmp_path: Path, fake: FakeModelServer
+) -> None:
+    from harness.orchestrate.proxy import ProxyServer
+
+    from .proxy_helpers import allow_list, body_of, call
+
+    token = "harness-proxy-0123456789abcdef"
+    journal = Journal(tmp_path / "journal", "live")
+    with ProxyServer(allow_list(fake.base), journal, access_token=token) as proxy:
+        body = body_of("anthropic", False)
+        for headers in ({}, {"x-api-key": "harness-proxy"}, {"authorization": f"Bearer {token}x"}):
+            status, _, answer = call(proxy.port, "/anthropic/v1/messages", body, headers)
+            assert status == 403 and b"access token" in answer
+        assert call(proxy.port, "/anthropic/v1/messages", body, {"x-api-key": token})[0] == 200
+        chat = body_of("chat", False)
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert call(proxy.port, "/openai/v1/chat/completions", chat, bearer)[0] == 200
+        proxy.wait_idle()
+        outcomes = [(e.outcome, e.status) for e in proxy.exchanges()]
+    assert outcomes == [("refused", 403)] * 3 + [("answered", 200)] * 2
+    assert len(fake.seen) == 2  # nothing refused reached the upstream
+    assert all(token not in json.dumps(seen.headers) for seen in fake.seen)  # dropped

@@ -7,6 +7,7 @@ request deadline, every exchange ends in exactly one ``Exchange`` report to the 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import http.client
 import json
 import socket
@@ -145,6 +146,21 @@ class Handler(BaseHTTPRequestHandler):
         self._method_not_allowed()
 
     # -- one exchange -------------------------------------------------------------------------
+    def _has_token(self, token: str) -> bool:
+        """Whether a credential header of the request is ``token`` (constant time)."""
+        wanted = token.encode()
+        found = False
+        for name, value in self.headers.items():
+            lower = name.lower()
+            if lower == "authorization" and value.startswith("Bearer "):
+                given = value[7:]
+            elif lower in ("x-api-key", "api-key"):
+                given = value
+            else:
+                continue
+            found |= hmac.compare_digest(given.strip().encode("utf-8", "replace"), wanted)
+        return found
+
     def _exchange(self) -> None:
         proxy = self.server.proxy
         seq = proxy.next_seq()
@@ -166,6 +182,14 @@ class Handler(BaseHTTPRequestHandler):
         if upstream is None:
             self.close_connection = True
             self._refuse(seq, 403, "permission_error", f"route {route!r} is not on the allow-list")
+            return
+        if proxy.access_token is not None and not self._has_token(proxy.access_token):
+            self.close_connection = True
+            self._refuse(
+                seq, 403, "permission_error",
+                "the proxy's access token is missing or wrong: only the batch's agent may use "
+                "this proxy", route=route,
+            )  # fmt: skip
             return
         path = normalized_path(upstream.base_path + rest)
         if path is None or not path.startswith(upstream.prefix):

@@ -174,6 +174,7 @@ class ProxyServer:
     """The recording proxy: ``start()``, then ``base_url(route)``; ``close()`` when done.
 
     ``unix_path``: listen on a Unix socket there instead of TCP ``127.0.0.1:port``.
+    ``access_token``: the credential every request must carry (see the attribute).
     """
 
     def __init__(
@@ -185,8 +186,14 @@ class ProxyServer:
         limits: Limits | None = None,
         on_exchange: Callable[[Exchange], None] | None = None,
         unix_path: Path | None = None,
+        access_token: str | None = None,
     ) -> None:
         self.allow = allow
+        self.access_token = access_token
+        """Set: a request must carry it as its credential (``x-api-key``, ``api-key`` or
+        ``Authorization: Bearer``), else 403 (recorded): only the batch's own agent, which
+        got it as its placeholder key, may use a proxy on a loopback port other local
+        processes can reach. The proxy drops it like every credential."""
         self.journal = journal
         self.journal_lock = threading.Lock()
         self.limits = limits or Limits()

@@ -26,6 +26,7 @@ store, before ``agent.exit``) per answered one; the batch's token usage is the e
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,8 +135,12 @@ def agent_env(
     *,
     adapter: str = "",
     passthrough: Mapping[str, str] | None = None,
+    key: str = PLACEHOLDER_KEY,
 ) -> dict[str, str]:
-    """The proxied agent's variables (no secret in any of them).
+    """The proxied agent's variables (no secret of the operator's in any of them).
+
+    ``key``: the placeholder key the agent's SDKs send; on a loopback port the proxy's
+    access token (it admits only requests that carry it).
 
     ``passthrough``: the adapter's own variables that are configuration, not credentials
     (``GOOSE_PROVIDER``, ``GOOSE_MODEL``), as the runtime has them; the proxy's variables
@@ -158,15 +163,14 @@ def agent_env(
         host = f"{proxy}/{route.route}{route.base_path.removesuffix('/v1')}/"
         if route.family == "anthropic":
             env["ANTHROPIC_BASE_URL"] = base
-            env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
+            env["ANTHROPIC_API_KEY"] = key
             if adapter == "aider":
                 env["ANTHROPIC_API_BASE"] = base
             elif adapter == "goose":
                 env["ANTHROPIC_HOST"] = host
         else:
             env["OPENAI_BASE_URL"] = base
-            env["OPENAI_API_KEY"] = PLACEHOLDER_KEY
-            env["CODEX_API_KEY"] = PLACEHOLDER_KEY
+            env["OPENAI_API_KEY"] = env["CODEX_API_KEY"] = key
             if adapter == "aider":
                 env["OPENAI_API_BASE"] = base
             elif adapter == "goose":
@@ -194,18 +198,22 @@ def open_proxy(
     )
     allow = AllowList([upstream_of(route, run.sandbox.host_env) for route in routes])
     journal = _journal(run)
-    if bridged:
+    token = None
+    if bridged:  # a 0600 socket only this sandbox's bridge reaches: the placeholder will do
         path = io / SOCKET_NAME
         server = ProxyServer(allow, journal, unix_path=path)
         port = BRIDGE_PORT
-    else:
+    else:  # a loopback port any local process can reach: admit only the agent's token
         path = None
-        server = ProxyServer(allow, journal)
+        token = f"{PLACEHOLDER_KEY}-{secrets.token_hex(16)}"
+        server = ProxyServer(allow, journal, access_token=token)
         port = server.port
     server.start()
     host = run.sandbox.host_env
     passthrough = {name: host[name] for name in adapter_env if name in host}
-    env = agent_env(routes, port, adapter=adapter, passthrough=passthrough)
+    env = agent_env(
+        routes, port, adapter=adapter, passthrough=passthrough, key=token or PLACEHOLDER_KEY
+    )
     return BatchProxy(server, routes, bridged, path, env)
 
 
