@@ -40,6 +40,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["dashboard.py", "--records", "300", "--grow", "5"],
         ["proxy.py", "--calls", "8"],
         ["journal.py", "--exchanges", "2", "--request-kib", "1", "--response-mib", "1"],
+        ["identity.py", "--records", "200", "--rounds", "1"],
     ],
     ids=lambda args: args[0],
 )

@@ -498,3 +498,74 @@ def test_a_timestamp_no_trusted_tsa_vouches_for_fails_the_time(tmp_path: Path) -
     code, report = sigstore(VECTORS / name, _bundle_of(name), identity="jku@goto.fi", root=root)
     check, reason = failed(report)
     assert code == 1 and check == "time" and "Timestamp" in reason, report
+
+
+def test_hostile_bundles_get_a_verdict_never_a_crash() -> None:
+    """Bytes flipped anywhere in a good bundle (JSON structure, base64, the certificate, the
+    checkpoint) and JSON values replaced by other types: every one is a verdict (in process,
+    so an exception would fail the test), and none verifies unless the document still means
+    the same thing."""
+    import hashlib
+    import random
+
+    from harness.verify.report import Status
+    from harness.verify.sigstore_check import load_trusted_root, verify_sigstore_bundle
+    from harness.verify.sigstore_identity import identity_pin
+
+    root = load_trusted_root(STAGING.read_bytes(), "staging")
+    good = (VECTORS / "bundle_v3.txt.sigstore").read_bytes()
+    digest = hashlib.sha256((VECTORS / "bundle_v3.txt").read_bytes()).digest()
+    pins = [identity_pin("william@yossarian.net", OAUTH_ISSUER)]
+    rng = random.Random(16)
+    cases: list[bytes] = []
+    for _ in range(150):
+        data = bytearray(good)
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(data))
+    document = json.loads(good)
+
+    def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        found = [prefix]
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        if isinstance(node, dict | list):
+            for key, child in items:
+                found += paths(child, (*prefix, key))
+        return found
+
+    for path in paths(document)[1:]:
+        for replacement in (None, 7, "x", [], {}, [1] * 3):
+            mutated = copy.deepcopy(document)
+            node = mutated
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = replacement
+            cases.append(json.dumps(mutated).encode())
+    # the one change that keeps a bundle valid: messageDigest is an optional restatement of
+    # the digest the signature is over (docs/spec/sigstore.md §2.1, check artifact)
+    optional = copy.deepcopy(document)
+    optional["messageSignature"]["messageDigest"] = None
+    for data in cases:
+        outcome = verify_sigstore_bundle(data, "b", digest, "f", root, pins)
+        if outcome.status is Status.VERIFIED:
+            assert json.loads(data) in (document, optional), data[:200]
+        else:
+            assert outcome.failure is not None and outcome.failure.reason
+
+
+def test_the_checkpoint_signature_line_must_name_the_log(
+    good: dict[str, Any], tmp_path: Path
+) -> None:
+    # found by the test above: the signer name is outside the signature and sigstore matches
+    # the line by its key hint only, so "— rekor.sigstage.duv <sig>" verified; ours refuses it
+    doc = copy.deepcopy(good)
+    proof = _entry(doc)["inclusionProof"]
+    proof["checkpoint"]["envelope"] = proof["checkpoint"]["envelope"].replace(
+        "\u2014 rekor.sigstage.dev ", "\u2014 rekor.example.com "
+    )
+    assert proof["checkpoint"]["envelope"] != _entry(good)["inclusionProof"]["checkpoint"]
+    bundle = tmp_path / "renamed.sigstore.json"
+    bundle.write_text(json.dumps(doc), encoding="utf-8")
+    code, report = sigstore(VECTORS / "bundle_v3.txt", bundle, identity="william@yossarian.net")
+    check, reason = failed(report)
+    assert code == 1 and check == "log-entry", report
+    assert "signature line names 'rekor.example.com'" in reason, reason

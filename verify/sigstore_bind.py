@@ -59,6 +59,14 @@ class HashingReader:
         self.count += len(data)
         return data
 
+    def tell(self) -> int:
+        """Bytes handed out so far (the progress display asks; reading began at 0)."""
+        return self.count
+
+    def fileno(self) -> int:
+        """The file's descriptor: its size for the progress display, never for reading."""
+        return self._inner.fileno()
+
     def finish(self, limit: int) -> bytes | None:
         """Read the rest of the input and return the SHA-256 of all of it (``None`` if the
         input is longer than ``limit`` bytes: no signature is checked over an unbounded file)."""

@@ -265,7 +265,7 @@ def _parse(data: bytes, run: _Run) -> tuple[Bundle, Any] | SigstoreOutcome:
     except (UnicodeDecodeError, ValueError, RecursionError):
         return run.stop("bundle", "not a JSON document", Status.UNREADABLE)
     media = document.get("mediaType") if isinstance(document, dict) else None
-    if media not in _MEDIA_TYPES:
+    if not isinstance(media, str) or media not in _MEDIA_TYPES:
         shown = media if isinstance(media, str) else type(media).__name__
         return run.stop(
             "bundle",
@@ -276,7 +276,7 @@ def _parse(data: bytes, run: _Run) -> tuple[Bundle, Any] | SigstoreOutcome:
     run.outcome.media_type = media
     try:
         bundle = Bundle.from_json(data)
-    except (SigstoreError, ValueError, TypeError, KeyError) as exc:
+    except Exception as exc:  # hostile input: any failure is a verdict, never a crash
         message = _first_line(exc)
         # schema-level errors (pydantic's) are an unreadable input; a well-formed bundle that
         # lacks what verification needs (certificate, log entry, checkpoint) is invalid
@@ -285,8 +285,11 @@ def _parse(data: bytes, run: _Run) -> tuple[Bundle, Any] | SigstoreOutcome:
     kind = bundle.log_entry._inner.kind_version
     run.outcome.log_entry = f"{kind.kind}/{kind.version}"
     run.outcome.log_index = int(bundle.log_entry._inner.log_index)
-    run.outcome.identities = _sans(bundle.signing_certificate)
-    run.outcome.issuer = _issuer(bundle.signing_certificate)
+    try:  # the certificate's extensions are parsed lazily, and may be malformed
+        run.outcome.identities = _sans(bundle.signing_certificate)
+        run.outcome.issuer = _issuer(bundle.signing_certificate)
+    except Exception as exc:  # hostile input: a verdict, never a crash
+        return run.stop("certificate", f"signing certificate: {_first_line(exc)}")
     return bundle, document
 
 

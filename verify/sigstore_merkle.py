@@ -11,7 +11,12 @@ disagreement, which ``sigstore_check`` reports as an error, never silently:
 - the checkpoint's body (``<origin>\\n<size>\\n<base64 root>\\n...``) names that same size and
   root (``sigstore`` compares only the root);
 - a log entry without an inclusion promise (Rekor v2: nothing signs ``tlogEntries[].logIndex``)
-  has ``logIndex`` equal to the proof's (a Rekor v2 log is one shard, so the two are one index).
+  has ``logIndex`` equal to the proof's (a Rekor v2 log is one shard, so the two are one index);
+- the checkpoint's signature line made with the log's key (key hint = the first 4 bytes of
+  ``logId.keyId``, the line ``sigstore`` verifies) names the log itself: the origin line up to
+  `` - `` (Rekor v1: ``<host> - <tree id>``, signer ``<host>``; Rekor v2: the origin). The name is
+  outside the signature, so ``sigstore`` ignores it: without this, one checkpoint has as many
+  byte forms as there are names (the malleability decision 0016 refuses for our own notes).
 
 Bundle JSON is untrusted input: every field is type- and size-checked, nothing raises but
 :class:`LogProofError`.
@@ -50,6 +55,7 @@ class LogProof:
     body: bytes
     checkpoint: str
     has_promise: bool
+    log_id: bytes
 
 
 def _b64(value: object, what: str, limit: int = 4096) -> bytes:
@@ -98,15 +104,32 @@ def read_log_proof(document: Any) -> LogProof:
         body=_b64(entry.get("canonicalizedBody"), "log entry body", MAX_BODY_BYTES),
         checkpoint=envelope,
         has_promise=isinstance(entry.get("inclusionPromise"), dict),
+        log_id=_b64(
+            entry.get("logId", {}).get("keyId") if isinstance(entry.get("logId"), dict) else None,
+            "log id",
+        ),
     )
 
 
-def _checkpoint_size_and_root(envelope: str) -> tuple[int, bytes]:
-    """The size and root of a checkpoint note's body (C2SP tlog-checkpoint, its first lines)."""
-    note, separator, _ = envelope.partition("\n\n")
+def _checkpoint_size_and_root(envelope: str, log_id: bytes) -> tuple[int, bytes]:
+    """The size and root of a checkpoint note's body (C2SP tlog-checkpoint, its first lines),
+    after checking that the log's own signature line names the log (see the module text)."""
+    note, separator, signatures = envelope.partition("\n\n")
     lines = note.split("\n")
     if not separator or len(lines) < 3:
         raise LogProofError("checkpoint: not a signed note with origin, size and root lines")
+    origin = lines[0].split(" - ", 1)[0]
+    for line in signatures.split("\n"):
+        name, _, signature = line.removeprefix("\u2014 ").partition(" ")
+        try:
+            hint = base64.b64decode(signature, validate=True)[:4]
+        except (binascii.Error, ValueError):
+            continue  # not a signature line sigstore would use either
+        if hint == log_id[:4] and name != origin:
+            raise LogProofError(
+                f"checkpoint: the log's signature line names {name[:80]!r}, not the log "
+                f"{origin[:80]!r} of the checkpoint's origin line"
+            )
     size_line = lines[1]
     if not size_line.isascii() or not size_line.isdigit() or len(size_line) > 20:
         raise LogProofError(f"checkpoint: size line {size_line[:40]!r} is not a number")
@@ -128,7 +151,7 @@ def recheck_log_proof(proof: LogProof) -> None:
             f"{computed.hex()[:16]}..., the proof says {proof.root.hex()[:16]}... "
             f"(leaf {proof.proof_index} of {proof.tree_size})"
         )
-    size, root = _checkpoint_size_and_root(proof.checkpoint)
+    size, root = _checkpoint_size_and_root(proof.checkpoint, proof.log_id)
     if root != proof.root:
         raise LogProofError("checkpoint: its root hash is not the inclusion proof's root")
     if size != proof.tree_size:
