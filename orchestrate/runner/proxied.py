@@ -12,8 +12,10 @@ points the agent at it (docs/spec/runtime.md §11a, decision 0047):
   ``127.0.0.1:<any free port>``.
 
 The agent's environment holds the base URL of each family's first route, a placeholder key
-(``harness-proxy``; the proxy drops it and injects the operator's key, read from the route's
-``key_env`` in the runtime's environment), and the proxy variables (``HTTP_PROXY`` ... pointing
+(``harness-proxy`` behind the bridge; on a loopback port a fresh random access token, the only
+credential that proxy admits, so no other local process can spend the operator's key; either
+way the proxy drops it and injects the operator's key, read from the route's ``key_env`` in
+the runtime's environment), and the proxy variables (``HTTP_PROXY`` ... pointing
 at the proxy, so a client that honours them sends off-list requests there, to be refused and
 recorded; ``NO_PROXY`` names the loopback host only, so the base URLs themselves are reached
 directly and not as absolute-URI proxy requests, which the proxy refuses).
@@ -45,10 +47,12 @@ __all__ = [
     "BRIDGE_PORT",
     "BatchProxy",
     "ProxiedMeter",
+    "agent_env",
     "exchange_body",
     "exchange_tokens",
     "first_miss",
     "open_proxy",
+    "source_body",
 ]
 
 BRIDGE_PORT: Final = 8377
