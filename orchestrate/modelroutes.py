@@ -40,6 +40,7 @@ __all__ = [
     "ModelRoute",
     "adapter_routes",
     "check_task_models",
+    "key_warnings",
     "parse_models",
     "parse_route_list",
     "resolve",
@@ -255,3 +256,23 @@ def check_task_models(
                     f"model route {route!r} reaches {found.host}, which is not in the "
                     "capsule's egress hosts",
                 )
+
+
+def key_warnings(tasks: Sequence[Any], plan_models: Mapping[str, ModelRoute],
+                 commands: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:  # fmt: skip
+    """Routes some task uses whose ``key_env`` the runtime's environment does not set: a live
+    run then forwards their requests without a key (the upstream refuses them)."""
+    used: list[str] = []
+    for task in tasks:
+        for route in task_routes(task, commands) or ():
+            if route not in used:
+                used.append(route)
+    out = []
+    for name in used:
+        found = resolve(name, plan_models)
+        if found is not None and found.key_env and not env.get(found.key_env):
+            out.append(
+                f"model route {name!r}: {found.key_env} is not set, so its requests go "
+                f"upstream ({found.host}) without a key"
+            )
+    return out

@@ -227,6 +227,11 @@ def run_plan(
     if warn is not None:
         for message in plan_warnings(plan):
             warn(message)
+        if replay is None or allow_live_miss:  # a strict replay asks no upstream
+            from .modelroutes import key_warnings
+
+            for message in key_warnings(plan.tasks, plan.models, plan.commands, os.environ):
+                warn(message)
     if run_id is None:
         run_id = replay or f"{plan.name}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}"
     journal_root = (journal_state or state) / "journals"

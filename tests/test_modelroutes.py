@@ -113,3 +113,16 @@ def test_with_a_capsule_every_route_host_must_be_an_egress_host() -> None:
     assert allowed.capsule is not None and allowed.capsule.egress == ("127.0.0.1",)
     # an unproxied adapter reaches no upstream: nothing to allow
     assert parse_plan({**_plan(adapter="scripted"), "capsule": capsule}).capsule is not None
+
+
+def test_an_unset_key_variable_of_a_used_route_is_a_warning() -> None:
+    from harness.orchestrate.modelroutes import key_warnings
+
+    table = {"fake": FAKE, "unused": {**FAKE, "key_env": "OTHER"}}
+    plan = parse_plan(_plan(table, models=["fake"]))
+    words = key_warnings(plan.tasks, plan.models, plan.commands, {})
+    assert words == [
+        "model route 'fake': FAKE_KEY is not set, so its requests go upstream (127.0.0.1) "
+        "without a key"
+    ]
+    assert key_warnings(plan.tasks, plan.models, plan.commands, {"FAKE_KEY": "k"}) == []
