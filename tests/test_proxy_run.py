@@ -300,6 +300,8 @@ def test_replay_offline_is_byte_identical_and_a_miss_aborts(
     assert _kinds(audit, "model.source") == []
     failed = [b for b in _kinds(audit, "task.transition") if b["to"] == "failed"]
     assert failed and "replay miss: " in failed[0]["reason"]
+    report = _verified(third, keys, tmp_path / "c")  # an aborted run is verifiable evidence
+    assert report.status.value == "verified", report.failure
 
 
 def test_allow_live_miss_goes_live_and_is_marked(
@@ -317,6 +319,8 @@ def test_allow_live_miss_goes_live_and_is_marked(
     assert [s["source"] for s in sources] == ["live-miss"]
     assert len(fake.seen) == 1
     assert Journal(journal_dir, "live").entries()  # the live answer was added to that journal
+    report = _verified(repo, keys, tmp_path)
+    assert report.status.value == "verified", report.failure
 
 
 @pytest.mark.skipif(not BWRAP.available, reason=f"no bubblewrap sandbox: {BWRAP.reason}")
