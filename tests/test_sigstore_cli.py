@@ -500,7 +500,15 @@ def test_a_timestamp_no_trusted_tsa_vouches_for_fails_the_time(tmp_path: Path) -
     assert code == 1 and check == "time" and "Timestamp" in reason, report
 
 
-def test_hostile_bundles_get_a_verdict_never_a_crash() -> None:
+HOSTILE = {
+    "bundle_v3.txt.sigstore": ("bundle_v3.txt", "william@yossarian.net"),
+    "bundle.txt.sigstore": ("bundle.txt", "a@tny.town"),
+    "staging-rekor-v2.txt.sigstore.json": ("staging-rekor-v2.txt", "jku@goto.fi"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_bundles_get_a_verdict_never_a_crash(name: str) -> None:
     """Bytes flipped anywhere in a good bundle (JSON structure, base64, the certificate, the
     checkpoint) and JSON values replaced by other types: every one is a verdict (in process,
     so an exception would fail the test), and none verifies unless the document still means
@@ -513,9 +521,10 @@ def test_hostile_bundles_get_a_verdict_never_a_crash() -> None:
     from harness.verify.sigstore_identity import identity_pin
 
     root = load_trusted_root(STAGING.read_bytes(), "staging")
-    good = (VECTORS / "bundle_v3.txt.sigstore").read_bytes()
-    digest = hashlib.sha256((VECTORS / "bundle_v3.txt").read_bytes()).digest()
-    pins = [identity_pin("william@yossarian.net", OAUTH_ISSUER)]
+    artifact, who = HOSTILE[name]
+    good = (VECTORS / name).read_bytes()
+    digest = hashlib.sha256((VECTORS / artifact).read_bytes()).digest()
+    pins = [identity_pin(who, OAUTH_ISSUER)]
     rng = random.Random(16)
     cases: list[bytes] = []
     for _ in range(150):
@@ -569,3 +578,32 @@ def test_the_checkpoint_signature_line_must_name_the_log(
     check, reason = failed(report)
     assert code == 1 and check == "log-entry", report
     assert "signature line names 'rekor.example.com'" in reason, reason
+
+
+def test_the_checkpoint_must_be_signed_by_the_log_the_entry_names(tmp_path: Path) -> None:
+    """A Rekor v2 entry re-labelled as another log of the root (log id and the checkpoint
+    line's unsigned key hint rewritten): sigstore, finding no key with that id, tries every
+    log key and accepts; ours verifies with the named log's key and refuses."""
+    root = json.loads(STAGING.read_bytes())
+    other = next(t for t in root["tlogs"] if "alpha2" in t["baseUrl"])["logId"]["keyId"]
+    doc = json.loads(_bundle_of("staging-rekor-v2.txt").read_bytes())
+    entry = _entry(doc)
+    entry["logId"]["keyId"] = other
+    proof = entry["inclusionProof"]
+    note, _, line = proof["checkpoint"]["envelope"].partition("\n\n")
+    signer, _, signature = line.rstrip("\n").rpartition(" ")
+    relabelled = base64.b64decode(other)[:4] + base64.b64decode(signature)[4:]
+    proof["checkpoint"]["envelope"] = (
+        f"{note}\n\n{signer} {base64.b64encode(relabelled).decode()}\n"
+    )
+    bundle = tmp_path / "relabelled.sigstore.json"
+    bundle.write_text(json.dumps(doc), encoding="utf-8")
+    code, report = sigstore(VECTORS / "staging-rekor-v2.txt", bundle, identity="jku@goto.fi")
+    check, reason = failed(report)
+    assert code == 1 and check == "log-entry", report
+    assert reason.startswith("checkpoint: not signed by the key of the log the entry names"), reason
+    # and a log id the trusted root does not have at all
+    entry["logId"]["keyId"] = base64.b64encode(b"\x01" * 32).decode()
+    bundle.write_text(json.dumps(doc), encoding="utf-8")
+    code, report = sigstore(VECTORS / "staging-rekor-v2.txt", bundle, identity="jku@goto.fi")
+    assert code == 1 and failed(report)[0] == "log-entry", report

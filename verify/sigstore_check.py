@@ -20,12 +20,17 @@ entry, that is reported as a failure of ``log-entry`` naming the disagreement.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509 import (
     Certificate,
     ExtensionNotFound,
@@ -44,7 +49,7 @@ from sigstore_models.common.v1 import HashAlgorithm
 
 from .report import EXIT_CODES, CheckResult, ExitCode, Failure, Outcome, Status
 from .sigstore_identity import IdentityPin
-from .sigstore_merkle import LogProofError, read_log_proof, recheck_log_proof
+from .sigstore_merkle import LogProof, LogProofError, read_log_proof, recheck_log_proof
 
 __all__ = [
     "CHECKS",
@@ -207,6 +212,50 @@ def _issuer(cert: Certificate) -> str | None:
     return None
 
 
+def named_log_problem(root: TrustedRoot, proof: LogProof) -> str | None:
+    """Why the checkpoint is not signed by the log the entry names, or ``None``.
+
+    sigstore looks the log key up by the entry's ``logId`` but, when no key has that id (the
+    Ed25519 logs of Rekor v2, whose ids are not the SHA-256 of their key), tries every log key
+    of the trusted root: an entry could name one log and carry a checkpoint of another. Here the
+    entry's log id MUST be a transparency log of the trusted root, and that log's own key MUST
+    verify the checkpoint line with its key hint (docs/spec/sigstore.md §2.2)."""
+    logs = {bytes(tlog.log_id.key_id): tlog for tlog in root._inner.tlogs}
+    tlog = logs.get(proof.log_id)
+    if tlog is None:
+        shown = base64.b64encode(proof.log_id).decode()[:60]
+        return f"log id: the entry's log {shown} is not a transparency log of the trusted root"
+    try:
+        key = serialization.load_der_public_key(bytes(tlog.public_key.raw_bytes or b""))
+    except (ValueError, UnsupportedAlgorithm):
+        return None  # a root key we cannot load: sigstore's own check decides
+    note, _, signatures = proof.checkpoint.partition("\n\n")
+    text = (note + "\n").encode()
+    for line in signatures.split("\n"):
+        _, _, signature = line.removeprefix("\u2014 ").partition(" ")
+        try:
+            raw = base64.b64decode(signature, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if raw[:4] != proof.log_id[:4]:
+            continue
+        try:
+            if isinstance(key, ed25519.Ed25519PublicKey):
+                key.verify(raw[4:], text)
+            elif isinstance(key, ec.EllipticCurvePublicKey):
+                digest = hashes.SHA384() if key.curve.key_size == 384 else hashes.SHA256()
+                key.verify(raw[4:], text, ec.ECDSA(digest))
+            else:
+                return None  # RSA logs: sigstore's own check decides
+        except InvalidSignature:
+            return (
+                f"checkpoint: not signed by the key of the log the entry names "
+                f"({tlog.base_url[:80]})"
+            )
+        return None
+    return f"checkpoint: no signature line of the log the entry names ({tlog.base_url[:80]})"
+
+
 def _first_line(exc: BaseException) -> str:
     text = " ".join(str(part) for part in exc.args) if exc.args else type(exc).__name__
     return text.strip().splitlines()[0][:400] if text.strip() else type(exc).__name__
@@ -334,8 +383,9 @@ def verify_sigstore_bundle(
         return parsed
     bundle, document = parsed
     try:
-        recheck_log_proof(read_log_proof(document))
-        ours: str | None = None
+        proof = read_log_proof(document)
+        recheck_log_proof(proof)
+        ours: str | None = named_log_problem(root, proof)
     except LogProofError as exc:
         ours = str(exc)
     failed = _verify_with_sigstore(Verifier(trusted_root=root), bundle, digest)
@@ -346,7 +396,7 @@ def verify_sigstore_bundle(
         return run.stop(
             "log-entry",
             f"our RFC 6962 re-check refuses what sigstore accepted: {ours}"
-            if ours.startswith(("inclusion proof", "checkpoint"))
+            if ours.startswith("inclusion proof")
             else ours,
         )
     if theirs_failed_log and ours is None:

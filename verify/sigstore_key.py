@@ -31,7 +31,13 @@ from sigstore.models import TransparencyLogEntry, TrustedRoot
 from sigstore_models.rekor import v1 as rekor_v1
 
 from .report import CheckResult, Failure, Outcome, Status
-from .sigstore_check import CHECK_NAMES, HINTS, MAX_BUNDLE_SIZE, SigstoreOutcome
+from .sigstore_check import (
+    CHECK_NAMES,
+    HINTS,
+    MAX_BUNDLE_SIZE,
+    SigstoreOutcome,
+    named_log_problem,
+)
 from .sigstore_merkle import LogProofError, read_log_proof, recheck_log_proof
 
 __all__ = ["KeyFileError", "load_key", "verify_key_bundle"]
@@ -125,8 +131,9 @@ def _check(
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise _StopError("bundle", f"the log entry does not parse: {first}") from None
     try:
-        recheck_log_proof(read_log_proof(document))
-        ours: str | None = None
+        proof = read_log_proof(document)
+        recheck_log_proof(proof)
+        ours: str | None = named_log_problem(root, proof)
     except LogProofError as exc:
         ours = str(exc)
     try:
@@ -140,7 +147,10 @@ def _check(
         ) from None
     if ours is not None:
         raise _StopError(
-            "log-entry", f"our RFC 6962 re-check refuses what sigstore accepted: {ours}"
+            "log-entry",
+            f"our RFC 6962 re-check refuses what sigstore accepted: {ours}"
+            if ours.startswith("inclusion proof")
+            else ours,
         )
     signature_doc = document.get("messageSignature")
     if not isinstance(signature_doc, dict):
