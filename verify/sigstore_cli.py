@@ -14,7 +14,6 @@ Sigstore bundle, an unknown media type, a file that cannot be read).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -25,13 +24,6 @@ import typer
 from . import textsafe
 from .archive import Limits
 from .report import ExitCode
-from .sigstore_identity import (
-    EXTRA_MISSING,
-    IdentityError,
-    IdentityPin,
-    check_trusted_root_bytes,
-    identity_pin,
-)
 
 if TYPE_CHECKING:  # the command's own imports stay lazy (start-up time)
     from .bundle import Progress
@@ -39,6 +31,7 @@ if TYPE_CHECKING:  # the command's own imports stay lazy (start-up time)
     from .policy import FileReader, TrustPolicy
     from .report import Report
     from .sigstore_bind import SigstoreWitness
+    from .sigstore_identity import IdentityPin
 
 SIGSTORE_EXIT_HELP: Final = (
     "Exit codes: 0 verified and the identity pinned; 1 invalid (signature, certificate, SCT, "
@@ -79,6 +72,8 @@ def identity_pins(
     incomplete or malformed. Shared by ``sigstore``, ``bundle`` and ``gate``."""
     if identity is None and identity_regex is None and issuer is None:
         return []
+    from .sigstore_identity import IdentityError, identity_pin
+
     if identity is not None and identity_regex is not None:
         raise _fail("give --cert-identity or --cert-identity-regex, not both")
     if issuer is None or (identity is None and identity_regex is None):
@@ -100,6 +95,8 @@ def _digest_of(artifact: str) -> tuple[bytes, str]:
     match = _DIGEST.fullmatch(artifact)
     if match is not None:
         return bytes.fromhex(match.group(1)), artifact.lower()
+    import hashlib  # 8 ms at start-up otherwise: only this command hashes a file
+
     path = Path(artifact)
     digest = hashlib.sha256()
     total = 0
@@ -175,6 +172,8 @@ def sigstore_command(
             "--cert-oidc-issuer ISSUER, or --key KEY.pem"
         )
     key_data = _read(key, 64 << 10, "key file") if key is not None else b""
+    from .sigstore_identity import EXTRA_MISSING, IdentityError, check_trusted_root_bytes
+
     root_data = _read(trusted_root, 1 << 20, "trusted root")
     try:
         check_trusted_root_bytes(root_data, textsafe.text(trusted_root))
