@@ -310,3 +310,20 @@ def test_the_gate_reads_identities_from_the_base_ref_never_the_head(
         "--cert-oidc-issuer", GITHUB_ISSUER, "--trusted-root", str(repo / "trusted_root.json"),
     )  # fmt: skip
     assert code == 3 and "certificate" in report["reason"], report
+
+
+def test_a_gzipped_bundle_is_witnessed_over_its_compressed_bytes(
+    signed: Signed, tmp_path: Path
+) -> None:
+    import gzip
+
+    packed = tmp_path / "bundle.tar.gz"
+    packed.write_bytes(gzip.compress(signed.bundle.read_bytes(), mtime=0))
+    sigstore = tmp_path / "bundle.tar.gz.sigstore.json"
+    sigstore.write_text(json.dumps(signed.instance.sign(packed.read_bytes(), CI, GITHUB_ISSUER)))
+    flags = ["--sigstore-bundle", str(sigstore), *_identity(signed)[2:]]
+    done = verifier_offline("bundle", packed, "--format", "json", *flags)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # the signature over the .tar does not vouch for the .tar.gz
+    done = verifier_offline("bundle", packed, "--format", "json", *_identity(signed))
+    assert done.returncode == 3 and "artifact" in json.loads(done.stdout)["failure"]["reason"]
