@@ -274,6 +274,10 @@ def test_identity_issuer_and_artifact(tmp_path: Path) -> None:
     code, report = sigstore(other, bundle, identity="william@yossarian.net")
     check, reason = failed(report)
     assert code == 1 and check == "artifact" and "SHA-256" in reason, report
+    # sigstore compares the digest before the signature: the signature is not reported passed
+    assert isinstance(report, dict)
+    outcomes = {entry["name"]: entry["outcome"] for entry in report["checks"]}
+    assert outcomes["signature"] == "not-run" and outcomes["log-entry"] == "passed", outcomes
 
 
 def test_our_merkle_recheck_reports_a_disagreement(good: dict[str, Any], tmp_path: Path) -> None:
@@ -449,6 +453,15 @@ def test_key_signed_bundle_mutations(what: str, keyed: dict[str, Path], tmp_path
         assert text in reason, reason
     else:  # the inclusion promise (SET) signs the index
         assert "log index" in reason or "SET" in reason, reason
+
+
+def test_key_signed_bundle_for_another_file(keyed: dict[str, Path], tmp_path: Path) -> None:
+    other = dict(keyed, artifact=tmp_path / "other.bin")
+    other["artifact"].write_bytes(b"not what was signed\n")
+    code, report = _keyed(other)
+    assert code == 1 and failed(report)[0] == "artifact", report
+    outcomes = {entry["name"]: entry["outcome"] for entry in report["checks"]}
+    assert outcomes["signature"] == "not-run" and outcomes["certificate"] == "skipped"
 
 
 def test_key_and_identity_are_exclusive(keyed: dict[str, Path]) -> None:

@@ -83,6 +83,8 @@ CHECKS: Final = (
     ("identity", "the certificate's identity and OIDC issuer are pinned"),
 )
 CHECK_NAMES: Final = tuple(name for name, _ in CHECKS)
+BEFORE_SIGNATURE: Final = frozenset({"signature"})
+"""Not run when the artifact's digest is refused: the signature is checked after it."""
 HINTS: Final = {
     "bundle": "Give the .sigstore.json bundle that was written for this artifact.",
     "time": "The bundle needs a log entry with an inclusion promise or a trusted timestamp.",
@@ -291,13 +293,22 @@ class _Run:
     def __init__(self, outcome: SigstoreOutcome) -> None:
         self.outcome = outcome
 
-    def stop(self, check: str, reason: str, status: Status = Status.INVALID) -> SigstoreOutcome:
-        """``check`` failed: every earlier check passed, every later one did not run."""
+    def stop(
+        self,
+        check: str,
+        reason: str,
+        status: Status = Status.INVALID,
+        unrun: frozenset[str] = frozenset(),
+    ) -> SigstoreOutcome:
+        """``check`` failed: every earlier check passed (but ``unrun``: earlier in the table,
+        later in sigstore's procedure), every later one did not run."""
         outcome = self.outcome
         at = CHECK_NAMES.index(check)
         done = {result.name for result in outcome.checks}
         outcome.checks += [
-            CheckResult(name, Outcome.PASSED) for name in CHECK_NAMES[:at] if name not in done
+            CheckResult(name, Outcome.NOT_RUN if name in unrun else Outcome.PASSED)
+            for name in CHECK_NAMES[:at]
+            if name not in done
         ]
         outcome.checks.append(CheckResult(check, Outcome.FAILED, reason))
         outcome.checks += [CheckResult(name, Outcome.NOT_RUN) for name in CHECK_NAMES[at + 1 :]]
@@ -412,6 +423,9 @@ def verify_sigstore_bundle(
     if failed is not None:
         step, message = failed
         text = _explain(step, message)
+        if step == "artifact" and "digest mismatch" in message:
+            # sigstore compares messageDigest with the file before it checks the signature
+            return run.stop(step, text, unrun=BEFORE_SIGNATURE)
         if step == "log-entry" and ours is not None:
             text += f"; our RFC 6962 re-check agrees: {ours}"
         return run.stop(step, text)

@@ -32,6 +32,7 @@ from sigstore_models.rekor import v1 as rekor_v1
 
 from .report import CheckResult, Failure, Outcome, Status
 from .sigstore_check import (
+    BEFORE_SIGNATURE,
     CHECK_NAMES,
     HINTS,
     MAX_BUNDLE_SIZE,
@@ -69,9 +70,15 @@ def _spki(key: ec.EllipticCurvePublicKey) -> bytes:
 
 
 class _StopError(Exception):
-    def __init__(self, check: str, reason: str, status: Status = Status.INVALID) -> None:
+    def __init__(
+        self,
+        check: str,
+        reason: str,
+        status: Status = Status.INVALID,
+        unrun: frozenset[str] = frozenset(),
+    ) -> None:
         super().__init__(reason)
-        self.check, self.reason, self.status = check, reason, status
+        self.check, self.reason, self.status, self.unrun = check, reason, status, unrun
 
 
 def _b64(value: object, what: str) -> bytes:
@@ -158,7 +165,11 @@ def _check(
     signature = _b64(signature_doc.get("signature"), "messageSignature.signature")
     declared = signature_doc.get("messageDigest")
     if isinstance(declared, dict) and _b64(declared.get("digest"), "the digest") != digest:
-        raise _StopError("artifact", "the artifact's SHA-256 is not the digest the bundle signs")
+        raise _StopError(
+            "artifact",
+            "the artifact's SHA-256 is not the digest the bundle signs",
+            unrun=BEFORE_SIGNATURE,
+        )
     logged_digest, logged_signature, logged_key = _body_parts(entry._inner.canonicalized_body)
     key = serialization.load_der_public_key(logged_key)
     assert isinstance(key, ec.EllipticCurvePublicKey)
@@ -210,7 +221,9 @@ def verify_key_bundle(
         at = CHECK_NAMES.index(stop.check)
         for name in CHECK_NAMES[:at]:
             skipped = name in _NO_CERTIFICATE
-            outcome.checks.append(CheckResult(name, Outcome.SKIPPED if skipped else Outcome.PASSED))
+            unrun = name in stop.unrun
+            mark = Outcome.SKIPPED if skipped else Outcome.NOT_RUN if unrun else Outcome.PASSED
+            outcome.checks.append(CheckResult(name, mark))
         outcome.checks.append(CheckResult(stop.check, Outcome.FAILED, stop.reason))
         outcome.checks += [CheckResult(name, Outcome.NOT_RUN) for name in CHECK_NAMES[at + 1 :]]
         outcome.failure = Failure(stop.check, stop.reason, hint=HINTS.get(stop.check, ""))
