@@ -152,6 +152,26 @@ def _big_bundle(tmp_path: Path, records: int) -> tuple[Path, str]:
     return export_bundle(tmp_path / "state", tmp_path / "big.tar", keys).path, keys.key_id
 
 
+def _on_pty(command: list[str], cwd: Path | None = None) -> tuple[int, str]:
+    """Run ``command`` with its standard error on a new pseudo-terminal; (status, what it drew)."""
+    leader, follower = pty.openpty()
+    done = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL, cwd=cwd
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return done.wait(timeout=300), b"".join(chunks).decode("utf-8", "replace")
+
+
 def test_a_terminal_shows_percent_and_passes_and_a_pipe_shows_no_carriage_returns(
     tmp_path: Path,
 ) -> None:
@@ -162,22 +182,7 @@ def test_a_terminal_shows_percent_and_passes_and_a_pipe_shows_no_carriage_return
     command = [sys.executable, "-m", "harness.verify.cli", str(bundle), "--trusted-key", key_id]
 
     def on_pty(*extra: str) -> tuple[int, str]:
-        leader, follower = pty.openpty()
-        done = subprocess.Popen(
-            [*command, *extra], stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL
-        )
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(leader)
-        return done.wait(timeout=300), b"".join(chunks).decode("utf-8", "replace")
+        return _on_pty([*command, *extra])
 
     code, shown = on_pty()
     assert code == 0
@@ -192,3 +197,19 @@ def test_a_terminal_shows_percent_and_passes_and_a_pipe_shows_no_carriage_return
     assert code == 0 and quiet == ""
     piped = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert piped.returncode == 0 and "\r" not in piped.stderr
+
+
+def test_the_gate_shows_the_bundle_verification_on_a_terminal(tmp_path: Path) -> None:
+    bundle, key_id = _big_bundle(tmp_path, 20_000)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "base"], check=True)
+    command = [sys.executable, "-m", "harness.verify.cli", "gate", "--base", "HEAD", "--head",
+               "HEAD", "--trusted-key", key_id, str(bundle)]  # fmt: skip
+    code, shown = _on_pty(command, cwd=repo)
+    assert code == 0, shown
+    drawn = [line for line in shown.split("\r\x1b[K") if line]
+    assert any(line.startswith("verifying ") and "% records" in line for line in drawn), shown
+    assert shown.endswith("\r\x1b[K")

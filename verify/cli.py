@@ -462,10 +462,16 @@ def gate_command(
             pins, sigstore_bundle, cert_identity, cert_identity_regex, cert_oidc_issuer,
             trusted_root, root_reader,
         )  # fmt: skip
-        if witness is not None and bundle.is_file():
-            report = gate_witnessed(witness, where, base, head, bundle, pins)
-        else:
-            report = run_gate(where, base, head, bundle, pins)
+        from .progress import Progress
+
+        progress = Progress(enabled=True)  # stderr: the report goes to stdout or its files
+        try:
+            if witness is not None and bundle.is_file():
+                report = gate_witnessed(witness, where, base, head, bundle, pins, progress)
+            else:
+                report = run_gate(where, base, head, bundle, pins, progress=progress)
+        finally:
+            progress.end()
     except PolicyError as exc:
         typer.echo(f"error: {textsafe.text(exc)}", err=True)
         raise typer.Exit(ExitCode.USAGE) from None

@@ -53,6 +53,7 @@ from .gitio import GIT_TIMEOUT_S, GateUsageError, git, git_argv, git_env, git_ok
 from .layout import store_member
 from .lineage import MergeFacts
 from .policy import NOT_PINNED_HINT, TrustPolicy
+from .progress import ProgressSink
 from .records import parse_record_line
 from .report import EXIT_CODES, ExitCode, Report, Status
 from .storecheck import iter_store_lines
@@ -318,11 +319,13 @@ def run_gate(
     bundle: Path,
     pins: TrustPolicy,
     source: IO[bytes] | None = None,
+    progress: ProgressSink | None = None,
 ) -> GateReport:
     """Judge every file changed between ``base`` and ``head`` against a verified bundle.
 
     ``source``, when given, is the already opened bundle read instead of ``bundle`` (the
-    Sigstore witness hashes exactly what the verification reads: sigstore_bind).
+    Sigstore witness hashes exactly what the verification reads: sigstore_bind). ``progress``
+    is told how the bundle's verification goes (the CLI draws it on standard error).
     Raises GateUsageError when ``repo`` is not a git repository or a ref names no commit.
     """
     from .bundle import verify_bundle_contents
@@ -334,6 +337,7 @@ def run_gate(
         bundle if source is None else source,  # type: ignore[arg-type]
         keep=_stores_kept,
         pins=pins,
+        progress=progress,
         display_name=str(bundle),
     )
     verified: Report = contents.report

@@ -326,19 +326,25 @@ def verify_bundle_witnessed(
 
 
 def gate_witnessed(
-    witness: SigstoreWitness, repo: Path, base: str, head: str, bundle: Path, pins: TrustPolicy
+    witness: SigstoreWitness,
+    repo: Path,
+    base: str,
+    head: str,
+    bundle: Path,
+    pins: TrustPolicy,
+    progress: Progress | None = None,
 ) -> GateReport:
     """``run_gate`` over the bytes the Sigstore witness is checked against."""
     from .gate import run_gate
     from .sigstore_bind import downgrade_gate
 
     def run(stream: IO[bytes], policy: TrustPolicy) -> GateReport:
-        return run_gate(repo, base, head, bundle, policy, source=stream)
+        return run_gate(repo, base, head, bundle, policy, source=stream, progress=progress)
 
     try:
         report, refusal = witness.run(bundle, pins, Limits(), run)
     except OSError:
-        return run_gate(repo, base, head, bundle, pins)
+        return run_gate(repo, base, head, bundle, pins, progress=progress)
     if refusal is not None:
         downgrade_gate(report, refusal)
     return report
