@@ -122,6 +122,8 @@ TESTS: dict[str, list[str]] = {
     "verify/modelkey.py": ["tests/test_modelkey.py", "tests/test_journal_bundle.py"],
     "verify/exchangecheck.py": ["tests/test_exchange_check.py"],
     "verify/journalcheck.py": ["tests/test_journal_bundle.py"],
+    "verify/compare.py": ["tests/test_compare.py"],
+    "verify/progress.py": ["tests/test_progress.py"],
 }
 
 
