@@ -132,7 +132,12 @@ class SigstoreWitness:
         if outcome.status is Status.VERIFIED:
             return None
         failure = outcome.failure
-        detail = f"{failure.check}: {failure.reason}" if failure is not None else "not verified"
+        if failure is None:
+            detail = "not verified"
+        elif failure.reason.startswith(("identity:", "issuer:", "key:")):
+            detail = failure.reason  # already names what failed
+        else:
+            detail = f"{failure.check}: {failure.reason}"
         return f"Sigstore bundle {self.name} does not vouch for {subject}: {detail}"
 
     def run(
