@@ -15,6 +15,13 @@ named as the real APIs send them, ``usage`` where they put it):
   ``response.output_text.delta`` per word, ``response.output_text.done``,
   ``response.content_part.done``, ``response.output_item.done``, ``response.completed``
   (``response.usage``).
+* Gemini API ``POST /v1beta/models/{model}:generateContent``: a ``GenerateContentResponse``
+  (``candidates[0].content.parts[].text``, ``usageMetadata`` with ``promptTokenCount``,
+  ``cachedContentTokenCount``, ``candidatesTokenCount``, ``thoughtsTokenCount``);
+  ``:streamGenerateContent?alt=sse`` is one ``data:`` line per word, each a response whose
+  ``usageMetadata`` holds the running figures, the last one the whole answer's (without
+  ``alt=sse``: one JSON array of the same responses); ``:countTokens`` a ``totalTokens``.
+  The model is the path's; the credential is ``x-goog-api-key``.
 
 The answer and the token counts are functions of the request body only. ``seen`` keeps what
 each request carried (path, headers, body) so tests can check what reached the upstream;
@@ -297,6 +304,33 @@ def openai_responses(body: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]
     return done, events
 
 
+def google(model: str, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A Gemini answer and its stream (each chunk a whole GenerateContentResponse)."""
+    words = answer_words(dict(body, model=model))
+    prompt = max(3, len(json.dumps(body.get("contents", ""))) // 4)
+
+    def response(parts: list[str], done: bool, count: int) -> dict[str, Any]:
+        usage = {"promptTokenCount": prompt, "cachedContentTokenCount": 2,
+                 "candidatesTokenCount": count, "totalTokenCount": prompt + count}  # fmt: skip
+        if done:
+            usage["thoughtsTokenCount"] = 4
+            usage["totalTokenCount"] += 4
+        candidate: dict[str, Any] = {
+            "content": {"parts": [{"text": "".join(parts)}], "role": "model"}, "index": 0,
+        }  # fmt: skip
+        if done:
+            candidate["finishReason"] = "STOP"
+        ident = "fake" + hashlib.sha256(" ".join(words).encode()).hexdigest()[:8]
+        return {"candidates": [candidate], "usageMetadata": usage, "modelVersion": model,
+                "responseId": ident}  # fmt: skip
+
+    pieces = [word if index == 0 else " " + word for index, word in enumerate(words)]
+    chunks = [
+        response([piece], index == len(pieces) - 1, index + 1) for index, piece in enumerate(pieces)
+    ]
+    return response(pieces, True, len(words)), chunks
+
+
 ROUTES = {
     "/v1/messages": anthropic,
     "/v1/chat/completions": openai_chat,
@@ -321,6 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server
         with fake.lock:
             fake.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, raw))
+        if self.path.startswith("/v1beta/models/"):
+            return self._google(raw)
         shape = ROUTES.get(self.path)
         if shape is None:
             return self._send(404, {"type": "error", "error": {"type": "not_found_error"}})
@@ -345,6 +381,42 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             if index == 0 and fake.gate is not None:
                 fake.gate.wait(timeout=30)
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _google(self, raw: bytes) -> None:
+        target, _, query = self.path.partition("?")
+        model, _, method = target.removeprefix("/v1beta/models/").partition(":")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT"}})
+        if model.startswith("status-"):
+            code = int(model[7:])
+            return self._send(code, {"error": {"code": code, "status": "UNAVAILABLE"}})
+        document, chunks = google(model, body)
+        if method == "countTokens":
+            return self._send(200, {"totalTokens": document["usageMetadata"]["promptTokenCount"]})
+        if method == "generateContent":
+            return self._send(200, document)
+        if method != "streamGenerateContent":
+            return self._send(404, {"error": {"code": 404, "status": "NOT_FOUND"}})
+        sse = "alt=sse" in query.split("&")
+        self.send_response(200)
+        kind = "text/event-stream" if sse else "application/json; charset=UTF-8"
+        self.send_header("Content-Type", kind)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for index, chunk in enumerate(chunks):
+            text = json.dumps(chunk, separators=(",", ":"))
+            if sse:
+                event = f"data: {text}\r\n\r\n".encode()
+            else:
+                event = (("[" if index == 0 else ",\r\n") + text).encode()
+                if index == len(chunks) - 1:
+                    event += b"]"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 

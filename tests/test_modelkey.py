@@ -100,7 +100,7 @@ def test_recompute_refuses_parameters_the_blob_does_not_give() -> None:
         with pytest.raises(ModelKeyError):
             recompute_exchange_key("anthropic", ANTHROPIC_BODY, parameters)
     with pytest.raises(ModelKeyError, match="family"):
-        recompute_exchange_key("google", ANTHROPIC_BODY, good)
+        recompute_exchange_key("cohere", ANTHROPIC_BODY, good)
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,9 @@ replay records, this check demands (docs/spec/proxy.md §9 lists the same rules,
   ``{method, path, stream, headers}`` with the record's method, path and stream, and headers
   among the family's key headers; a request digest needs a key; no response digest means no
   response bytes; ``journaled`` needs the key and both digests and status 200; usage needs
-  status 200, a response digest and an API other than ``other``;
+  status 200, a response digest and an API other than ``other``; for the Gemini API
+  (``google``) a keyed exchange's ``model`` and ``stream`` are what its path says
+  (``/models/{model}:streamGenerateContent`` streams), as its key was computed from them;
 * E5 per outcome: ``answered`` has a key and both digests, and is journaled or says why not;
   ``refused`` is a 4xx with a reason and no key, digests, usage or response bytes, never
   journaled; ``replay-miss`` is a 502 with a key and request digest, no response, never
@@ -30,8 +32,11 @@ replay records, this check demands (docs/spec/proxy.md §9 lists the same rules,
   ``replay-miss`` (strict replay) has only ``journal`` sources;
 * E7 a proxied batch's ``agent.exit.usage`` input and output tokens are the sums over its
   answered exchanges' usage (Anthropic's cache tokens added to its input, as
-  ``harness.orchestrate.usage`` counts them), saturated at 2^53 - 1; a null usage only when
+  ``harness.orchestrate.usage`` counts them; OpenAI's and Google's input
+  already includes the cached part), saturated at 2^53 - 1; a null usage only when
   both sums are 0.
+* E8 no recorded path carries a credential in its query (``modelkey.url_credentials``: the
+  Gemini API's ``?key=``): the proxy drops it before anything is keyed, forwarded or recorded.
 
 The journaled exchanges are kept (``journal_refs``) for the bundle's journal members: the
 bundle check proves each blob's digest and recomputes each key from the request blob.
@@ -45,7 +50,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .errors import VerificationError
-from .modelkey import FAMILIES, KEY_HEADERS, PARAMETER_NAMES, api_of
+from .modelkey import (
+    FAMILIES,
+    GOOGLE_STREAM_METHOD,
+    KEY_HEADERS,
+    PARAMETER_NAMES,
+    api_of,
+    google_call,
+    url_credentials,
+)
 from .records import Record
 
 EGRESS_MEMBERS: Final = ("credential", "family", "host", "path_prefix", "port", "route", "scheme")
@@ -116,7 +129,9 @@ def egress_routes(egress: Any, what: str) -> dict[str, Mapping[str, Any]]:
             raise ValueError(f"{at}: routes must be sorted and distinct ({route!r})")
         previous = route
         if item["family"] not in FAMILIES or item["scheme"] not in ("http", "https"):
-            raise ValueError(f"{at}: family must be anthropic/openai and scheme http/https")
+            raise ValueError(
+                f"{at}: family must be one of {', '.join(FAMILIES)} and scheme http/https"
+            )
         if type(item["host"]) is not str or not item["host"]:
             raise ValueError(f"{at}.host must be a non-empty string")
         if type(port) is not int or not 1 <= port <= 65535:
@@ -255,8 +270,9 @@ class ExchangeCheck:
 
 def input_tokens(family: str, usage: Mapping[str, Any]) -> int:
     """An exchange's input tokens as a budget counts them: Anthropic's ``input_tokens``
-    excludes its cache traffic, so ``cache_read`` and ``cache_write`` are added; OpenAI's
-    includes its cached part (``harness.orchestrate.usage`` treats a CLI's report the same)."""
+    excludes its cache traffic, so ``cache_read`` and ``cache_write`` are added; OpenAI's and
+    Google's (``promptTokenCount``) include their cached part (``harness.orchestrate.usage``
+    treats a CLI's report the same)."""
     figure: int = usage["input_tokens"] or 0
     if family == "anthropic":
         figure += (usage["cache_read"] or 0) + (usage["cache_write"] or 0)
@@ -295,9 +311,11 @@ def _one_mode(name: str, batch: _Batch) -> None:
 def exchange_problem(
     body: Mapping[str, Any], egress: Mapping[str, Mapping[str, Any]]
 ) -> str | None:
-    """The first of rules E3-E5 an exchange body breaks, or None."""
+    """The first of rules E3-E5 and E8 an exchange body breaks, or None."""
     outcome, status, route = body["outcome"], body["status"], body["route"]
     family, key = body["family"], body["key"]
+    if type(body["path"]) is str and url_credentials(body["path"]):
+        return "its path carries a credential in the query (?key=): the proxy drops it (E8)"
     if route == NO_ROUTE:
         if outcome != "refused" or family is not None or key is not None:
             return "route '-' is only for a refusal with no family, upstream or key"
@@ -333,6 +351,13 @@ def _keyed_problem(body: Mapping[str, Any]) -> str | None:
         return "parameters.method and .path must be the exchange's method and path"
     if parameters["stream"] is not body["stream"]:
         return "parameters.stream must be the exchange's stream"
+    if body["family"] == "google":
+        call = google_call(body["path"])
+        model = call[0] if call is not None else "-"
+        stream = call is not None and call[1] == GOOGLE_STREAM_METHOD
+        if (body["model"], body["stream"]) != (model, stream):
+            return (f"a Gemini API exchange's model and stream are its path's ({model!r}, "
+                    f"{stream}), not ({body['model']!r}, {body['stream']})")  # fmt: skip
     headers = parameters["headers"]
     allowed = KEY_HEADERS[body["family"]]
     if type(headers) is not dict or any(

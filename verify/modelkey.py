@@ -19,6 +19,12 @@ keys), tuples count as lists, integral floats equal integers, NaN and infinities
 ``KEY_HEADERS`` as sent. ``recompute_exchange_key(family, body, parameters)`` is the
 verifier's side: it re-keys a request blob and refuses recorded parameters that the blob and
 the recorded method/path/headers do not reproduce exactly.
+
+The Gemini API (family ``google``) names the model and the stream in the *path*
+(``/v1beta/models/{model}:generateContent``, ``...:streamGenerateContent?alt=sse``), not in
+the body: its key's ``model`` and ``stream`` come from the path. Its credential may travel in
+the query (``?key=``): ``without_url_credentials`` is what the proxy removes before it keys,
+forwards or records a path, and ``url_credentials`` is the verifier's test that it did.
 """
 
 from __future__ import annotations
@@ -27,26 +33,47 @@ import hashlib
 import math
 from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
+from urllib.parse import unquote
 
 from .canonical import canonical_bytes, contains_float, jcs_bytes, parse_strict_json
 from .errors import CanonicalEncodingError
 
-Family = Literal["anthropic", "openai"]
-FAMILIES: Final[tuple[Family, ...]] = ("anthropic", "openai")
-Api = Literal["anthropic-messages", "openai-chat", "openai-responses", "other"]
-APIS: Final[tuple[Api, ...]] = ("anthropic-messages", "openai-chat", "openai-responses", "other")
+Family = Literal["anthropic", "openai", "google"]
+FAMILIES: Final[tuple[Family, ...]] = ("anthropic", "openai", "google")
+Api = Literal[
+    "anthropic-messages",
+    "openai-chat",
+    "openai-responses",
+    "google-generate",
+    "google-stream",
+    "other",
+]
+APIS: Final[tuple[Api, ...]] = (
+    "anthropic-messages",
+    "openai-chat",
+    "openai-responses",
+    "google-generate",
+    "google-stream",
+    "other",
+)
 
 # Request headers that change the answer, per family: part of the key (names lowercased).
 KEY_HEADERS: Final[dict[Family, tuple[str, ...]]] = {
     "anthropic": ("anthropic-version", "anthropic-beta"),
     "openai": ("openai-beta",),
+    "google": (),  # the Gemini API has no answer-changing request header
 }
 # Body members that never change the answer (tracking, caching hints): left out of the key.
 UNKEYED_MEMBERS: Final[dict[Family, tuple[str, ...]]] = {
     "anthropic": ("metadata",),
     "openai": ("user", "metadata", "prompt_cache_key", "safety_identifier", "store"),
+    "google": (),  # every GenerateContentRequest member changes the answer
 }
 PARAMETER_NAMES: Final = ("method", "path", "stream", "headers")
+URL_CREDENTIAL_PARAMETERS: Final = ("key",)
+"""Query parameters that carry a credential (the Gemini API's ``?key=``): the proxy drops
+them before a path is keyed, forwarded or recorded, and a recorded path never holds one."""
+GOOGLE_STREAM_METHOD: Final = "streamGenerateContent"
 
 
 class ModelKeyError(ValueError):
@@ -115,7 +142,56 @@ def api_of(family: str, path: str) -> Api:
         return "openai-chat"
     if family == "openai" and bare.endswith("/responses"):
         return "openai-responses"
+    if family == "google":
+        call = google_call(bare)
+        if call is not None and call[1] == "generateContent":
+            return "google-generate"
+        if call is not None and call[1] == GOOGLE_STREAM_METHOD:
+            return "google-stream"
     return "other"
+
+
+def google_call(path: str) -> tuple[str, str] | None:
+    """(model, method) of a Gemini API path ending ``/models/{model}:{method}`` (query
+    ignored), else None. The Gemini API names the model in the path, never in the body."""
+    head, _, last = path.partition("?")[0].rpartition("/")
+    model, colon, method = last.partition(":")
+    if not (head.endswith("/models") or head == "models") or not colon:
+        return None
+    if not model or not method.isascii() or not method.isalpha():
+        return None
+    return model, method
+
+
+def url_credentials(path: str) -> list[str]:
+    """The credential query parameters (``URL_CREDENTIAL_PARAMETERS``) a path carries, by
+    name as written (``key``), in order; percent-encoded names count (``k%65y``)."""
+    query = path.partition("?")[2]
+    found = []
+    for item in query.split("&") if query else ():
+        name = unquote(item.partition("=")[0].replace("+", " "))
+        if name in URL_CREDENTIAL_PARAMETERS:
+            found.append(name)
+    return found
+
+
+def without_url_credentials(path: str) -> tuple[str, list[str]]:
+    """``path`` without its credential query parameters, and their names (a path with none
+    is returned unchanged; the remaining parameters keep their bytes and order)."""
+    bare, mark, query = path.partition("?")
+    if not mark:
+        return path, []
+    kept: list[str] = []
+    dropped: list[str] = []
+    for item in query.split("&"):
+        name = unquote(item.partition("=")[0].replace("+", " "))
+        if name in URL_CREDENTIAL_PARAMETERS:
+            dropped.append(name)
+        else:
+            kept.append(item)
+    if not dropped:
+        return path, []
+    return (bare + "?" + "&".join(kept) if kept else bare), dropped
 
 
 def _family(family: str) -> Family:
@@ -147,9 +223,15 @@ def exchange_key(
         document = {}
     else:
         raise ModelKeyError("request body is empty")
-    model = document.get("model")
-    model_name = model if isinstance(model, str) and model else "-"
-    stream = document.get("stream") is True
+    if known == "google":
+        # the Gemini API: the model and the stream are the path's ({model}:streamGenerateContent)
+        call = google_call(path)
+        model_name = call[0] if call is not None else "-"
+        stream = call is not None and call[1] == GOOGLE_STREAM_METHOD
+    else:
+        model = document.get("model")
+        model_name = model if isinstance(model, str) and model else "-"
+        stream = document.get("stream") is True
     unkeyed = UNKEYED_MEMBERS[known]
     kept = {name: item for name, item in document.items() if name not in unkeyed}
     try:

@@ -182,8 +182,15 @@ def _opt_nat(value: Any) -> str | None:
 
 EXCHANGE_OUTCOMES: Final = ("answered", "refused", "replay-miss", "error")
 """``model.exchange.outcome``: what the proxy did with one request (docs/spec/proxy.md §7)."""
-MODEL_FAMILIES: Final = ("anthropic", "openai")
-MODEL_APIS: Final = ("anthropic-messages", "openai-chat", "openai-responses", "other")
+MODEL_FAMILIES: Final = ("anthropic", "openai", "google")
+MODEL_APIS: Final = (
+    "anthropic-messages",
+    "openai-chat",
+    "openai-responses",
+    "google-generate",
+    "google-stream",
+    "other",
+)
 MODEL_SOURCES: Final = ("live", "journal", "live-miss")
 """``model.source.source``: where an answered exchange's answer came from."""
 USAGE_MEMBERS: Final = ("cache_read", "cache_write", "input_tokens", "output_tokens")

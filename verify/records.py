@@ -222,8 +222,9 @@ _PATTERNS: Final[dict[Checker, bytes]] = {
     _reading_list: rb"\[.*?\]",
     _opt_nat: rb"(?:null|0|[1-9][0-9]*)",
     _outcome: rb'"(?:answered|refused|replay-miss|error)"',
-    _opt_family: rb'(?:null|"(?:anthropic|openai)")',
-    _opt_api: rb'(?:null|"(?:anthropic-messages|openai-chat|openai-responses|other)")',
+    _opt_family: rb'(?:null|"(?:anthropic|openai|google)")',
+    _opt_api: rb'(?:null|"(?:anthropic-messages|openai-chat|openai-responses|google-generate'
+    rb'|google-stream|other)")',
     _source: rb'"(?:live|journal|live-miss)"',
     _opt_usage: rb"(?:null|\{.*?\})",
 }

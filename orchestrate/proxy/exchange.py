@@ -23,9 +23,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from harness.verify.modelkey import Api, ModelKeyError, api_of, exchange_key, recompute_exchange_key
-
-from .upstream import Family
+from harness.verify.modelkey import (
+    Api,
+    Family,
+    ModelKeyError,
+    api_of,
+    exchange_key,
+    recompute_exchange_key,
+)
 
 Source = Literal["live", "journal", "live-miss"]
 Outcome = Literal["answered", "refused", "replay-miss", "error"]
@@ -44,6 +49,8 @@ class Usage:
     Anthropic: ``input_tokens`` excludes cache traffic (``cache_read`` / ``cache_write`` are
     ``cache_read_input_tokens`` / ``cache_creation_input_tokens``). OpenAI: ``input_tokens``
     (Chat's ``prompt_tokens``) includes the cached part (``cache_read``: ``cached_tokens``).
+    Google: like OpenAI (``promptTokenCount`` includes ``cachedContentTokenCount``), output
+    with the thinking tokens (``_google``).
     """
 
     input_tokens: int | None = None
@@ -71,6 +78,9 @@ class KeyedRequest:
     stream: bool
     parameters: dict[str, object]
     keyed_body: str
+    event_stream: bool = False
+    """Whether the answer is server-sent events: a stream, except a Gemini stream asked for
+    without ``alt=sse`` (then one JSON array, sent as it comes)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,7 @@ def keyed_request(
         found = exchange_key(family, body, method, path, headers)
     except ModelKeyError as exc:
         raise BadRequestError(str(exc)) from None
+    query = path.partition("?")[2].split("&")
     return KeyedRequest(
         key=found.key,
         family=family,
@@ -124,6 +135,7 @@ def keyed_request(
         stream=found.stream,
         parameters=found.parameters,
         keyed_body=found.keyed_body,
+        event_stream=found.stream and (family != "google" or "alt=sse" in query),
     )
 
 
@@ -202,11 +214,49 @@ def _openai(usage: object, api: Api, into: dict[str, int | None]) -> None:
             into[ours] = found
 
 
+def _google(usage: object, into: dict[str, int | None]) -> None:
+    """A Gemini ``usageMetadata``, as Google bills it: input is ``promptTokenCount`` (which
+    includes ``cachedContentTokenCount``, our ``cache_read``) plus ``toolUsePromptTokenCount``;
+    output is ``candidatesTokenCount`` plus ``thoughtsTokenCount`` (thinking tokens are
+    billed as output). The Gemini API reports no cache writes. So input + output is its
+    ``totalTokenCount``."""
+    if not isinstance(usage, dict):
+        return
+    into.clear()  # a stream's last usageMetadata is the whole answer's: it replaces, not merges
+    for ours, names in (
+        ("input_tokens", ("promptTokenCount", "toolUsePromptTokenCount")),
+        ("output_tokens", ("candidatesTokenCount", "thoughtsTokenCount")),
+        ("cache_read", ("cachedContentTokenCount",)),
+    ):
+        counts = [
+            found for found in (_count(usage.get(name)) for name in names) if found is not None
+        ]
+        if counts:
+            into[ours] = min(sum(counts), _MAX_TOKENS)
+
+
+def _google_usage(stream: bool, body: bytes, into: dict[str, int | None]) -> None:
+    """``usageMetadata`` of a GenerateContentResponse; of a stream, the last one that has it
+    (SSE ``data:`` lines with ``?alt=sse``, else one JSON array of responses)."""
+    responses: list[object] = [data for _, data in sse_data(body)] if stream else []
+    if not responses:
+        try:
+            document = json.loads(body)
+        except (ValueError, RecursionError):
+            return
+        responses = document if stream and isinstance(document, list) else [document]
+    for response in responses:
+        _google(_get(response, "usageMetadata"), into)
+
+
 def extract_usage(api: Api, stream: bool, body: bytes) -> Usage | None:
     """The usage the API reported in a response body (the final events of a stream)."""
     found: dict[str, int | None] = {}
     if api == "other":
         return None
+    if api in ("google-generate", "google-stream"):
+        _google_usage(stream, body, found)
+        return Usage(**found) if found else None
     if not stream:
         try:
             document = json.loads(body)

@@ -17,6 +17,8 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any, Final
 
+from harness.verify.modelkey import without_url_credentials
+
 from ..replay import JournalIntegrityError, ReplayError
 from .exchange import BadRequestError, Exchange, KeyedRequest, Outcome, Source, extract_usage
 from .exchange import keyed_request as _keyed
@@ -34,6 +36,8 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     expired = False
+    url_credentials: tuple[str, ...] = ()
+    """Credential query parameters (``?key=``) removed from the request target, by name."""
 
     # -- plumbing -----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -54,9 +58,22 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silent: every exchange is reported as a record instead."""
 
+    def parse_request(self) -> bool:
+        """The request line and headers, then the target without its credential query
+        parameters (the Gemini API's ``?key=``): from here on ``self.path`` is what may be
+        keyed, forwarded and recorded, whatever the outcome (docs/spec/proxy.md §3)."""
+        ok = super().parse_request()
+        path = getattr(self, "path", None)
+        if isinstance(path, str):
+            self.path, dropped = without_url_credentials(path)
+            self.url_credentials = tuple(f"?{name}" for name in dropped)
+        return ok
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Errors of the request line or headers (414, 431, 400...): JSON, and recorded."""
         reason = message or explain or "malformed request"
+        path = getattr(self, "path", None) or "-"
+        path = without_url_credentials(path)[0]  # an error before parse_request's own removal
         if not self.expired:
             self.close_connection = True
             self._json_error(code, "invalid_request_error", reason)
@@ -65,7 +82,7 @@ class Handler(BaseHTTPRequestHandler):
                 seq=self.server.proxy.next_seq(),
                 route="-",
                 method=getattr(self, "command", None) or "-",
-                path=(getattr(self, "path", None) or "-")[:200],
+                path=path[:200],
                 outcome="refused",
                 status=code,
                 reason=reason,
@@ -154,7 +171,7 @@ class Handler(BaseHTTPRequestHandler):
             lower = name.lower()
             if lower == "authorization" and value.startswith("Bearer "):
                 given = value[7:]
-            elif lower in ("x-api-key", "api-key"):
+            elif lower in ("x-api-key", "api-key", "x-goog-api-key"):
                 given = value
             else:
                 continue
@@ -215,6 +232,7 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(seq, 400, "invalid_request_error", str(exc), route=route)
             return
         sent, dropped = forwarded_headers(list(self.headers.items()), upstream)
+        dropped += self.url_credentials
         base = Exchange(
             seq=seq,
             route=route,
@@ -328,7 +346,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _start_answer(self, keyed: KeyedRequest, source: str, length: int | None) -> None:
         self.send_response(200)
-        kind = "text/event-stream; charset=utf-8" if keyed.stream else "application/json"
+        kind = "text/event-stream; charset=utf-8" if keyed.event_stream else "application/json"
         self.send_header("Content-Type", kind)
         if length is None:
             self.send_header("Transfer-Encoding", "chunked")

@@ -8,19 +8,28 @@ proxy to tunnel or forward elsewhere (``CONNECT``, an absolute URI) is refused: 
 the listed model endpoints is reachable (docs/spec/proxy.md §2).
 
 Credentials never come from the agent: the proxy drops every credential header a request
-carries (and counts it) and sets the upstream's own (``x-api-key`` for Anthropic,
-``Authorization: Bearer`` for OpenAI) from what it was given at start.
+carries (and counts it), and the credential query parameter of the Gemini API (``?key=``,
+``modelkey.without_url_credentials``) before the path is keyed, forwarded or recorded, and
+sets the upstream's own (``x-api-key`` for Anthropic, ``Authorization: Bearer`` for OpenAI,
+``x-goog-api-key`` for Google) from what it was given at start.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final
 from urllib.parse import urlsplit
 
-Family = Literal["anthropic", "openai"]
-FAMILIES: Final[tuple[Family, ...]] = ("anthropic", "openai")
+from harness.verify.modelkey import FAMILIES, Family
+
+DEFAULT_PREFIX: Final[dict[Family, str]] = {
+    "anthropic": "/v1/",
+    "openai": "/v1/",
+    "google": "/v1beta/",
+}
+"""The path prefix of an upstream whose base has no path: the family's API version (the
+Gemini API's SDK default is ``v1beta``)."""
 
 _ROUTE: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
@@ -103,7 +112,7 @@ class Upstream:
         """The path prefix every forwarded path must start with."""
         if self.path_prefix is not None:
             return self.path_prefix
-        return (self.base_path + "/") if self.base_path else "/v1/"
+        return (self.base_path + "/") if self.base_path else DEFAULT_PREFIX[self.family]
 
     def describe(self) -> dict[str, object]:
         """The recordable allow-list entry (never the credential)."""
@@ -122,6 +131,8 @@ class Upstream:
             return None
         if self.family == "anthropic":
             return ("x-api-key", self.credential)
+        if self.family == "google":
+            return ("x-goog-api-key", self.credential)
         return ("Authorization", f"Bearer {self.credential}")
 
 
