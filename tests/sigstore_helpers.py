@@ -355,6 +355,80 @@ class FakeSigstore:
             },
             separators=(",", ":"),
         ).encode()
+        content = {
+            "messageSignature": {
+                "messageDigest": {"algorithm": "SHA2_256", "digest": _b64(digest)},
+                "signature": _b64(signature),
+            }
+        }
+        return self._entry(body, "hashedrekord", material, content, at)
+
+    def sign_dsse(
+        self,
+        artifact: bytes,
+        identity: str,
+        issuer: str,
+        *,
+        at: _dt.datetime = EPOCH + _dt.timedelta(days=30),
+    ) -> dict[str, object]:
+        """A DSSE attestation (``actions/attest`` shape: an in-toto statement whose subject is
+        ``artifact``), logged as a dsse 0.0.1 entry."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = self.certificate(key, identity, issuer, at)
+        statement = json.dumps(
+            {
+                "_type": "https://in-toto.io/Statement/v1",
+                "subject": [
+                    {
+                        "name": "bundle.tar",
+                        "digest": {"sha256": hashlib.sha256(artifact).hexdigest()},
+                    }
+                ],
+                "predicateType": "https://slsa.dev/provenance/v1",
+                "predicate": {"buildDefinition": {"buildType": "https://example.com/harness"}},
+            }
+        ).encode()
+        kind = "application/vnd.in-toto+json"
+        pae = b"DSSEv1 %d %s %d %s" % (len(kind), kind.encode(), len(statement), statement)
+        signature = key.sign(pae, ec.ECDSA(hashes.SHA256()))
+        envelope = {
+            "payload": _b64(statement),
+            "payloadType": kind,
+            "signatures": [{"sig": _b64(signature)}],
+        }
+        pem = cert.public_bytes(serialization.Encoding.PEM)
+        body = json.dumps(
+            {
+                "apiVersion": "0.0.1",
+                "kind": "dsse",
+                "spec": {
+                    "envelopeHash": {
+                        "algorithm": "sha256",
+                        "value": hashlib.sha256(json.dumps(envelope).encode()).hexdigest(),
+                    },
+                    "payloadHash": {
+                        "algorithm": "sha256",
+                        "value": hashlib.sha256(statement).hexdigest(),
+                    },
+                    "signatures": [{"signature": _b64(signature), "verifier": _b64(pem)}],
+                },
+            },
+            separators=(",", ":"),
+        ).encode()
+        material = {
+            "certificate": {"rawBytes": _b64(cert.public_bytes(serialization.Encoding.DER))}
+        }
+        return self._entry(body, "dsse", material, {"dsseEnvelope": envelope}, at)
+
+    def _entry(
+        self,
+        body: bytes,
+        kind: str,
+        material: dict[str, object],
+        content: dict[str, object],
+        at: _dt.datetime,
+    ) -> dict[str, object]:
+        """Append ``body`` to our log; the bundle with its proof, checkpoint and promise."""
         self.entries.append(body)
         index = len(self.entries) - 1
         leaves = [_leaf(entry) for entry in self.entries]
@@ -384,7 +458,7 @@ class FakeSigstore:
                     {
                         "logIndex": str(index),
                         "logId": {"keyId": _b64(self.log_id)},
-                        "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
+                        "kindVersion": {"kind": kind, "version": "0.0.1"},
                         "integratedTime": str(integrated),
                         "inclusionPromise": {"signedEntryTimestamp": _b64(set_sig)},
                         "inclusionProof": {
@@ -398,10 +472,7 @@ class FakeSigstore:
                     }
                 ],
             },
-            "messageSignature": {
-                "messageDigest": {"algorithm": "SHA2_256", "digest": _b64(digest)},
-                "signature": _b64(signature),
-            },
+            **content,
         }
 
 

@@ -327,3 +327,21 @@ def test_a_gzipped_bundle_is_witnessed_over_its_compressed_bytes(
     # the signature over the .tar does not vouch for the .tar.gz
     done = verifier_offline("bundle", packed, "--format", "json", *_identity(signed))
     assert done.returncode == 3 and "artifact" in json.loads(done.stdout)["failure"]["reason"]
+
+
+def test_an_attestation_naming_bundle_tar_is_a_witness_too(signed: Signed, tmp_path: Path) -> None:
+    """``actions/attest`` writes a DSSE in-toto attestation whose subject is the file: the
+    gate accepts it when the statement names bundle.tar's SHA-256, and refuses one that names
+    other bytes."""
+    attestation = tmp_path / "bundle.tar.intoto.sigstore.json"
+    attestation.write_text(
+        json.dumps(signed.instance.sign_dsse(signed.bundle.read_bytes(), CI, GITHUB_ISSUER))
+    )
+    flags = ["--sigstore-bundle", str(attestation), *_identity(signed)[2:]]
+    code, report = gate(signed, *flags)
+    assert code == 0, report
+    elsewhere = tmp_path / "other.intoto.sigstore.json"
+    elsewhere.write_text(json.dumps(signed.instance.sign_dsse(b"other bytes", CI, GITHUB_ISSUER)))
+    flags = ["--sigstore-bundle", str(elsewhere), *_identity(signed)[2:]]
+    code, report = gate(signed, *flags)
+    assert code == 3 and "statement has no subject" in report["reason"], report
