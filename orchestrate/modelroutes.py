@@ -12,14 +12,15 @@ proxy and given to the proxy only.
 Plan syntax::
 
     [models.anthropic]                    # route name: [a-z][a-z0-9-]{0,31}
-    family = "anthropic"                  # "anthropic" or "openai" (required)
+    family = "anthropic"                  # "anthropic", "openai" or "google" (required)
     base = "https://api.anthropic.com"    # https://host[:port][/path]; http only for loopback
     key_env = "ANTHROPIC_API_KEY"         # optional: the operator's variable with the key
     path_prefix = "/v1/"                  # optional: forwarded paths must start with it
 
 A route the plan does not define falls back to the built-in of that name (``anthropic``:
 ``https://api.anthropic.com``, ``ANTHROPIC_API_KEY``; ``openai``:
-``https://api.openai.com/v1``, ``OPENAI_API_KEY``).
+``https://api.openai.com/v1``, ``OPENAI_API_KEY``; ``google`` (the Gemini API):
+``https://generativelanguage.googleapis.com``, ``GEMINI_API_KEY``, paths under ``/v1beta/``).
 """
 
 from __future__ import annotations
@@ -47,8 +48,12 @@ __all__ = [
     "task_routes",
 ]
 
-Family = Literal["anthropic", "openai"]
-FAMILIES: Final[tuple[Family, ...]] = ("anthropic", "openai")
+Family = Literal["anthropic", "openai", "google"]
+FAMILIES: Final[tuple[Family, ...]] = ("anthropic", "openai", "google")
+DEFAULT_PREFIX: Final[Mapping[Family, str]] = {
+    "anthropic": "/v1/", "openai": "/v1/", "google": "/v1beta/",
+}  # fmt: skip
+"""A base without a path: the family's API version (the proxy's ``upstream.DEFAULT_PREFIX``)."""
 ROUTE_RE: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 PLACEHOLDER_KEY: Final = "harness-proxy"
@@ -68,7 +73,8 @@ class ModelRoute:
     key_env: str | None = None
     """The operator's environment variable holding the key (None: no credential)."""
     path_prefix: str | None = None
-    """Forwarded paths must start with it (None: the base's path + ``/``, else ``/v1/``)."""
+    """Forwarded paths must start with it (None: the base's path + ``/``, else the family's
+    ``DEFAULT_PREFIX``: ``/v1/``, Google's ``/v1beta/``)."""
 
     @property
     def host(self) -> str:
@@ -87,13 +93,15 @@ class ModelRoute:
     def prefix(self) -> str:
         if self.path_prefix is not None:
             return self.path_prefix
-        return self.base_path + "/" if self.base_path else "/v1/"
+        return self.base_path + "/" if self.base_path else DEFAULT_PREFIX[self.family]
 
 
 BUILTIN_ROUTES: Final[Mapping[str, ModelRoute]] = {
     "anthropic": ModelRoute("anthropic", "anthropic", "https://api.anthropic.com",
                             "ANTHROPIC_API_KEY"),
     "openai": ModelRoute("openai", "openai", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "google": ModelRoute("google", "google", "https://generativelanguage.googleapis.com",
+                         "GEMINI_API_KEY"),
 }  # fmt: skip
 DEFAULT_ROUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "claude": ("anthropic",),
@@ -101,10 +109,11 @@ DEFAULT_ROUTES: Final[Mapping[str, tuple[str, ...]]] = {
     "aider": ("anthropic", "openai"),
     "goose": ("anthropic", "openai"),
     "opencode": ("anthropic", "openai"),
+    "gemini": ("google",),
 }
 """Built-in adapters that are proxied, and the routes they get unless a task narrows them.
-``scripted`` (its own journal), ``gemini`` (no Google route yet) and plan command adapters
-without ``models`` are not proxied."""
+``scripted`` (its own journal) and plan command adapters without ``models`` are not
+proxied."""
 
 
 def _check_base(base: str, key: str) -> None:

@@ -1,4 +1,4 @@
-"""A fake ``claude`` / ``codex`` CLI (stdlib only: it also runs inside the sandbox).
+"""A fake ``claude`` / ``codex`` / ``gemini`` CLI (stdlib only: it also runs inside the sandbox).
 
 Installed by the tests as an executable named ``claude`` or ``codex`` (the name picks the
 behaviour) on a PATH folder. Like the real CLIs it reads the prompt on stdin, finds its model
@@ -9,6 +9,11 @@ working directory (the worktree; ``<task>`` from the prompt's ``[<task id>]`` pr
 prints the output format the adapter parses (claude: one JSON result object; codex: JSONL
 events) with **made-up usage figures** (999999 tokens), so a
 test can tell the proxy's figures from the agent's claim.
+
+Named ``gemini``, it speaks the Gemini API as the @google/genai SDK does: base URL
+``GOOGLE_GEMINI_BASE_URL``, ``GEMINI_API_KEY`` sent as ``x-goog-api-key``, the model and the
+stream in the path (``/v1beta/models/gemini-fake:streamGenerateContent?alt=sse``), and prints
+the gemini adapter's one JSON object (``response``, ``stats``).
 
 Words in the prompt switch on extra behaviour:
 
@@ -51,6 +56,13 @@ def _post(url: str, body: dict[str, object], headers: dict[str, str]) -> tuple[i
 
 
 def _text(name: str, stream: bool, data: bytes) -> str:
+    if name == "gemini":  # GenerateContentResponse(s): candidates[0].content.parts[].text
+        lines = [line[6:] for line in data.decode().splitlines() if line.startswith("data: ")]
+        chunks = [json.loads(line) for line in lines] if stream else [json.loads(data)]
+        return "".join(
+            part.get("text", "") for chunk in chunks
+            for part in chunk["candidates"][0]["content"]["parts"]
+        )  # fmt: skip
     if not stream:
         document = json.loads(data)
         if name == "claude":
@@ -78,6 +90,13 @@ def ask(name: str, question: str, stream: bool) -> tuple[int, str]:
             "messages": [{"role": "user", "content": question}],
             "metadata": {"user_id": f"session-{os.getpid()}"},  # unkeyed: differs per run
         }  # fmt: skip
+    elif name == "gemini":  # the model and the stream are the path's; no body member says so
+        method = "streamGenerateContent?alt=sse" if stream else "generateContent"
+        base = os.environ["GOOGLE_GEMINI_BASE_URL"].rstrip("/")
+        url = f"{base}/v1beta/models/gemini-fake:{method}"
+        headers = {"x-goog-api-key": os.environ.get("GEMINI_API_KEY", "")}
+        body = {"contents": [{"role": "user", "parts": [{"text": question}]}]}
+        stream = False  # no "stream" member
     else:
         url = os.environ["OPENAI_BASE_URL"].rstrip("/") + "/responses"
         headers = {"Authorization": "Bearer " + os.environ.get("OPENAI_API_KEY", "")}
@@ -85,12 +104,20 @@ def ask(name: str, question: str, stream: bool) -> tuple[int, str]:
     if stream:
         body["stream"] = True
     status, data = _post(url, body, headers)
+    stream = stream or url.endswith("alt=sse")
     if status != 200:
         try:
             return status, str(json.loads(data)["error"]["message"])
         except (ValueError, KeyError, TypeError):
             return status, data.decode("utf-8", "replace")
     return status, _text(name, stream, data)
+
+
+def _base() -> str:
+    for name in ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GOOGLE_GEMINI_BASE_URL"):
+        if os.environ.get(name):
+            return os.environ[name]
+    raise KeyError("no base URL")
 
 
 def main() -> int:
@@ -112,13 +139,13 @@ def main() -> int:
             seen["offlist"] = exc.code
         except OSError as exc:
             seen["offlist"] = f"error: {exc}"
-        base = os.environ.get("ANTHROPIC_BASE_URL") or os.environ["OPENAI_BASE_URL"]
+        base = _base()
         proxy = base.split("/", 3)
         other = f"{proxy[0]}//{proxy[2]}/nowhere/v1/messages"
         seen["offroute"] = _post(other, {"model": "m"}, {})[0]
     words = prompt.split()
     if "STRANGER" in words:  # what another local process, without the agent's key, gets
-        base = os.environ.get("ANTHROPIC_BASE_URL") or os.environ["OPENAI_BASE_URL"]
+        base = _base()
         seen["stranger"] = _post(base + "/v1/messages", {"model": "m"}, {"x-api-key": "sk-x"})[0]
     if "DIRECT" in words:
         host, _, port = words[words.index("DIRECT") + 1].rpartition(":")
@@ -136,6 +163,10 @@ def main() -> int:
         print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
                           "result": text, "session_id": "s", "num_turns": 1,
                           "total_cost_usd": 0.5, "usage": claim}))  # fmt: skip
+    elif name == "gemini":
+        tokens = {"prompt": 999999, "candidates": 999999, "total": 1999998}
+        print(json.dumps({"response": text,
+                          "stats": {"models": {"gemini-fake": {"tokens": tokens}}}}))  # fmt: skip
     else:
         for event in (
             {"type": "thread.started", "thread_id": "t"},
@@ -153,6 +184,8 @@ def fail(name: str, seen: dict[str, object], message: str) -> int:
     if name == "claude":
         print(json.dumps({"type": "result", "subtype": "error_during_execution",
                           "is_error": True, "result": message}))  # fmt: skip
+    elif name == "gemini":
+        print(json.dumps({"error": {"type": "ApiError", "message": message, "code": 1}}))
     else:
         print(json.dumps({"type": "turn.failed", "error": {"message": message}}))
     return 1

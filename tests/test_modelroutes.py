@@ -60,9 +60,13 @@ def test_default_routes_per_adapter() -> None:
         }
     )
     routes = [task_routes(task, plan.commands) for task in plan.tasks]
-    assert routes == [("anthropic",), ("openai",), ("anthropic", "openai"), None, None,
+    assert routes == [("anthropic",), ("openai",), ("anthropic", "openai"), None, ("google",),
                       ("openai",)]  # fmt: skip
     assert BUILTIN_ROUTES["openai"].base == "https://api.openai.com/v1"
+    google = BUILTIN_ROUTES["google"]  # the Gemini API: its SDK's paths are /v1beta/...
+    assert (google.family, google.base, google.key_env, google.prefix) == (
+        "google", "https://generativelanguage.googleapis.com", "GEMINI_API_KEY", "/v1beta/",
+    )  # fmt: skip
     c = plan.tasks[2]
     narrowed = type(c)(**{**c.__dict__, "models": ("openai",)})
     assert batch_routes([c, narrowed], plan.commands) == ("openai",)
@@ -72,7 +76,7 @@ def test_default_routes_per_adapter() -> None:
     ("doc", "key", "words"),
     [
         (_plan({"Bad": FAKE}), "models.Bad", "route name"),
-        (_plan({"x": {**FAKE, "family": "google"}}), "models.x.family", "not one of"),
+        (_plan({"x": {**FAKE, "family": "cohere"}}), "models.x.family", "not one of"),
         (_plan({"x": {**FAKE, "base": "http://api.example.com"}}), "models.x.base", "loopback"),
         (_plan({"x": {**FAKE, "base": "https://u:p@h.example"}}), "models.x.base", "userinfo"),
         (_plan({"x": {**FAKE, "base": "ftp://h"}}), "models.x.base", "https://"),

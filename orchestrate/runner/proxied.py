@@ -172,6 +172,10 @@ def agent_env(
                 env["ANTHROPIC_API_BASE"] = base
             elif adapter == "goose":
                 env["ANTHROPIC_HOST"] = host
+        elif route.family == "google":
+            # the @google/genai SDK's variable (gemini's SDK), not a documented CLI flag
+            env["GOOGLE_GEMINI_BASE_URL"] = base
+            env["GEMINI_API_KEY"] = key
         else:
             env["OPENAI_BASE_URL"] = base
             env["OPENAI_API_KEY"] = env["CODEX_API_KEY"] = key
@@ -262,7 +266,8 @@ def exchange_tokens(exchanges: Sequence[Exchange]) -> tuple[int, int]:
 
     Anthropic's ``input_tokens`` excludes cache traffic, so its ``cache_read`` and
     ``cache_write`` are added (as ``harness.orchestrate.usage`` does for Claude's own
-    report); OpenAI's input already includes its cached part. Saturates at 2^53 - 1.
+    report); OpenAI's and Google's input already includes its cached part (Google's output
+    its thinking tokens: ``proxy.exchange``). Saturates at 2^53 - 1.
     """
     total_in = total_out = 0
     for exchange in exchanges:
