@@ -239,6 +239,9 @@ def test_the_policy_file_pins_identities_exactly_unless_a_regex_is_written(
     regex = _policy(ops, f'{{ identity_regex = "{prefix}/.*", issuer = "{GITHUB_ISSUER}" }}')
     done = verifier_offline("bundle", signed.bundle, "--policy", regex, *sig)
     assert done.returncode == 0, done.stdout + done.stderr
+    # identities alone pin nothing without the Sigstore bundle, and the verifier says so
+    done = verifier_offline("bundle", signed.bundle, "--policy", regex)
+    assert done.returncode == 3 and "without --sigstore-bundle nothing is pinned" in done.stderr
 
 
 @pytest.mark.parametrize(

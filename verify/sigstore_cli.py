@@ -281,6 +281,12 @@ def sigstore_trust(
             pins, sigstore=SigstoreTrust(tuple(flags), data, name, "the identity flags")
         )
     if sigstore_bundle is None:
+        if pins.sigstore is not None and not pins.key_ids:
+            typer.echo(
+                f"warning: {textsafe.text(pins.source)} pins signers by Sigstore identity only: "
+                "without --sigstore-bundle nothing is pinned",
+                err=True,
+            )
         return pins, None
     if pins.sigstore is None:
         raise _fail(
