@@ -65,14 +65,14 @@ def test_published_proxy_bundle_verifies_and_its_keys_recompute() -> None:
     )
     assert report.status.value == "verified", report.failure
     semantics = next(c for c in report.checks if c.name == "semantics")
-    assert "4 journal blobs match, 2 keys recompute" in semantics.detail
+    assert "6 journal blobs match, 3 keys recompute" in semantics.detail
     for item in json.loads((HERE / "proxy-keys.json").read_text()):
         request = item["request"].encode()
         assert recompute_exchange_key(item["family"], request, item["parameters"]) == item["key"]
     kinds = [
         json.loads(line)["kind"] for line in (HERE / "proxy-replay.jsonl").read_bytes().splitlines()
     ]
-    assert kinds == ["model.exchange"] * 3
+    assert kinds == ["model.exchange"] * 4
 
 
 def _facts() -> dict[str, object]:

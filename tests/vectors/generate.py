@@ -44,6 +44,8 @@ PROXY_RUN = "proxy-run"
 EGRESS = [
     {"credential": True, "family": "anthropic", "host": "api.anthropic.com",
      "path_prefix": "/v1/", "port": 443, "route": "anthropic", "scheme": "https"},
+    {"credential": True, "family": "google", "host": "generativelanguage.googleapis.com",
+     "path_prefix": "/v1beta/", "port": 443, "route": "google", "scheme": "https"},
     {"credential": True, "family": "openai", "host": "api.openai.com",
      "path_prefix": "/v1/", "port": 443, "route": "openai", "scheme": "https"},
 ]  # fmt: skip
@@ -109,25 +111,28 @@ def generate(out: Path) -> list[Path]:
 
 def _exchange(seq: int, route: str, path: str, request: bytes, response: bytes,
               headers: dict[str, str], usage: dict[str, int | None]) -> dict[str, Any]:  # fmt: skip
-    family = next(str(e["family"]) for e in EGRESS if e["route"] == route)
+    entry = next(e for e in EGRESS if e["route"] == route)
+    family = str(entry["family"])
     found = exchange_key(family, request, "POST", path, headers)
+    dropped = {"anthropic": ["x-api-key"], "google": ["x-goog-api-key"]}.get(family, [])
     return {
         "batch": "b0001", "seq": seq, "route": route, "method": "POST", "path": path,
         "outcome": "answered", "status": 200, "family": family, "api": api_of(family, path),
-        "upstream": f"https://api.{family}.com:443", "key": found.key, "model": found.model,
+        "upstream": f"https://{entry['host']}:443", "key": found.key, "model": found.model,
         "stream": found.stream, "parameters": found.parameters,
         "request_sha256": hashlib.sha256(request).hexdigest(),
         "response_sha256": hashlib.sha256(response).hexdigest(), "journaled": True,
-        "usage": usage, "dropped_credentials": ["x-api-key"] if family == "anthropic" else [],
+        "usage": usage, "dropped_credentials": dropped,
         "reason": None, "response_bytes": len(response),
     }  # fmt: skip
 
 
 def _proxy_bundle(keys: Any) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
-    """The lawful runtime run with its batch proxied: two journaled answers (Anthropic
-    Messages, OpenAI Responses streamed), one refused request (no route), their sources, and
-    the four journal blobs (``journal/<sha256>``, last in the tar); ``proxy-keys.json`` lists
-    each request blob with its parameters and key (the known answers of proxy.md §4)."""
+    """The lawful runtime run with its batch proxied: three journaled answers (Anthropic
+    Messages, OpenAI Responses streamed, a Gemini stream whose model and stream are its
+    path's), one refused request (no route), their sources, and the six journal blobs
+    (``journal/<sha256>``, last in the tar); ``proxy-keys.json`` lists each request blob
+    with its parameters and key (the known answers of proxy.md §4)."""
     blobs = {
         "anthropic-request": b'{"max_tokens": 64, "messages": [{"content": "hi", "role": '
         b'"user"}], "metadata": {"user_id": "u-1"}, "model": "claude-x"}',
@@ -138,6 +143,14 @@ def _proxy_bundle(keys: Any) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
         "openai-request": b'{"model":"gpt-x","input":"hi","stream":true,"user":"u-1"}',
         "openai-response": b'event: response.completed\ndata: {"type":"response.completed",'
         b'"response":{"usage":{"input_tokens":4,"output_tokens":1}}}\n\n',
+        "google-request": b'{"contents":[{"parts":[{"text":"hi"}],"role":"user"}],'
+        b'"generationConfig":{"temperature":0.5},"stream":false}',
+        "google-response": b'data: {"candidates":[{"content":{"parts":[{"text":"hel"}],'
+        b'"role":"model"}}],"usageMetadata":{"promptTokenCount":5,"totalTokenCount":5}}\r\n\r\n'
+        b'data: {"candidates":[{"content":{"parts":[{"text":"lo"}],"role":"model"},'
+        b'"finishReason":"STOP"}],"usageMetadata":{"cachedContentTokenCount":2,'
+        b'"candidatesTokenCount":1,"promptTokenCount":5,"thoughtsTokenCount":2,'
+        b'"totalTokenCount":8}}\r\n\r\n',
     }
     exchanges = [
         _exchange(1, "anthropic", "/v1/messages", blobs["anthropic-request"],
@@ -146,7 +159,10 @@ def _proxy_bundle(keys: Any) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
         _exchange(2, "openai", "/v1/responses", blobs["openai-request"],
                   blobs["openai-response"], {},
                   {"input_tokens": 4, "output_tokens": 1, "cache_read": None, "cache_write": None}),
-        {"batch": "b0001", "seq": 3, "route": "-", "method": "CONNECT", "path": "evil.example:443",
+        _exchange(3, "google", "/v1beta/models/gemini-x:streamGenerateContent?alt=sse",
+                  blobs["google-request"], blobs["google-response"], {},
+                  {"input_tokens": 5, "output_tokens": 3, "cache_read": 2, "cache_write": None}),
+        {"batch": "b0001", "seq": 4, "route": "-", "method": "CONNECT", "path": "evil.example:443",
          "outcome": "refused", "status": 403, "family": None, "api": None, "upstream": None,
          "key": None, "model": None, "stream": False, "parameters": None, "request_sha256": None,
          "response_sha256": None, "journaled": False, "usage": None, "dropped_credentials": [],
@@ -161,13 +177,13 @@ def _proxy_bundle(keys: Any) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
         if kind == "agent.spawn":
             records += [
                 ("audit", "model.source", {"batch": "b0001", "seq": seq, "source": "live"})
-                for seq in (1, 2)
+                for seq in (1, 2, 3)
             ]
     records += [("replay", "model.exchange", body) for body in exchanges]
     keyed = [
         {"family": e["family"], "request": blobs[f"{e['family']}-request"].decode(),
          "parameters": e["parameters"], "model": e["model"], "key": e["key"]}
-        for e in exchanges[:2]
+        for e in exchanges[:3]
     ]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
