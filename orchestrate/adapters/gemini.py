@@ -21,6 +21,11 @@ Invocation::
   leaves out tools that need one);
 * ``--model``/``-m``: the model.
 
+Proxied (docs/spec/runtime.md §11a, route ``google``): the runtime points the CLI at its
+recording proxy with ``GOOGLE_GEMINI_BASE_URL`` (the variable of the @google/genai SDK the
+CLI is built on; no CLI flag sets the endpoint) and gives it a placeholder
+``GEMINI_API_KEY``; the operator's key stays with the proxy (docs/spec/proxy.md).
+
 Role tool policies (docs/spec/runtime.md §22), per the CLI reference
 (https://geminicli.com/docs/cli/cli-reference/) and the policy engine
 (https://geminicli.com/docs/reference/policy-engine/): headless, ``ask_user`` is ``deny``,
