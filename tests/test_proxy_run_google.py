@@ -128,6 +128,7 @@ def test_gemini_is_proxied_recorded_and_holds_no_key(
         env = dumped["env"]
         assert GEMINI_KEY not in json.dumps(env) and GOOGLE_KEY not in json.dumps(env)
         assert "GOOGLE_API_KEY" not in env
+        assert "OPENAI_BASE_URL" not in env  # the Gemini CLI would take its SGLang backend
         assert env["GEMINI_API_KEY"].startswith("harness-proxy-")
         assert env["GOOGLE_GEMINI_BASE_URL"].startswith("http://127.0.0.1:")
         assert env["GOOGLE_GEMINI_BASE_URL"].endswith("/google")

@@ -22,8 +22,10 @@ Invocation::
 * ``--model``/``-m``: the model.
 
 Proxied (docs/spec/runtime.md §11a, route ``google``): the runtime points the CLI at its
-recording proxy with ``GOOGLE_GEMINI_BASE_URL`` (the variable of the @google/genai SDK the
-CLI is built on; no CLI flag sets the endpoint) and gives it a placeholder
+recording proxy with ``GOOGLE_GEMINI_BASE_URL`` (not a documented flag: the CLI's source,
+``packages/core/src/core/contentGenerator.ts``, reads it and makes it the @google/genai SDK's
+base URL; ``OPENAI_BASE_URL`` would switch it to its SGLang backend, so a gemini agent never
+gets one) and gives it a placeholder
 ``GEMINI_API_KEY``; the operator's key stays with the proxy (docs/spec/proxy.md).
 
 Role tool policies (docs/spec/runtime.md §22), per the CLI reference

@@ -173,7 +173,8 @@ def agent_env(
             elif adapter == "goose":
                 env["ANTHROPIC_HOST"] = host
         elif route.family == "google":
-            # the @google/genai SDK's variable (gemini's SDK), not a documented CLI flag
+            # not a documented flag: the Gemini CLI's source reads it (contentGenerator.ts)
+            # and makes it the @google/genai SDK's base URL
             env["GOOGLE_GEMINI_BASE_URL"] = base
             env["GEMINI_API_KEY"] = key
         else:
