@@ -450,7 +450,19 @@ def test_a_token_budget_is_charged_the_proxys_figures(
     (kill,) = _kinds(audit, "budget.exceeded")
     exit_usage = _kinds(audit, "agent.exit")[0]["usage"]
     assert kill["decision"] == "kill" and kill["limit"] == 20
-    assert kill["used"] == exit_usage["input_tokens"] + exit_usage["output_tokens"] < 999999
+    # the kill saw what the proxy had recorded by then: the tokens of the first k answered
+    # exchanges (the second may finish before the kill lands); the exit, all of them
+    answered = [
+        e["usage"]
+        for e in _kinds(_records(repo, "replay"), "model.exchange")
+        if e["outcome"] == "answered"
+    ]
+    prefix = [0]
+    for usage in answered:
+        cache = (usage["cache_read"] or 0) + (usage["cache_write"] or 0)  # Anthropic: not in input
+        prefix.append(prefix[-1] + usage["input_tokens"] + cache + usage["output_tokens"])
+    assert kill["used"] in prefix[1:] and kill["used"] > 20
+    assert exit_usage["input_tokens"] + exit_usage["output_tokens"] == prefix[-1] < 999999
     assert _kinds(audit, "agent.exit")[0]["anomaly"] == "budget"
     assert _verified(repo, keys, tmp_path).status.value == "verified"
 
