@@ -28,6 +28,14 @@ Words in the prompt switch on extra behaviour:
 
 What it saw goes to ``<HOME>/../io/agent.json``: its environment (names and values), the
 statuses of the extra requests, whether the direct connection worked.
+
+Given a rounds role's prompt (tests/test_proxy_rounds.py), it plays that role and writes no
+file (a Manager's and an Auditor's sandbox is read-only, with no io folder): the Manager
+(``Next: gui|cli`` in its prompt) answers the model's text and ``Next: cli``, or ``Next:
+done`` once an Auditor report saying ``AUDIT-OK`` is in its prompt; the Auditor (the header
+rules in its prompt) answers a complete, clean, aligned header, ``AUDIT-OK`` and the model's
+text. Either adds a line ``Direct: ...`` (the ``DIRECT`` word) and a line ``Secrets: ...``
+naming any variable whose value starts with ``sk-`` (the tests' operator keys do).
 """
 
 from __future__ import annotations
@@ -120,9 +128,42 @@ def _base() -> str:
     raise KeyError("no base URL")
 
 
+def _direct(words: list[str]) -> str:
+    host, _, port = words[words.index("DIRECT") + 1].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return "connected"
+    except OSError as exc:
+        return f"refused: {exc}"
+
+
+def _role(name: str, role: str, prompt: str) -> int:
+    """A rounds role: one model question, the role's answer on stdout, no file written."""
+    status, text = ask(name, f"{role}: {prompt}", False)
+    if status != 200:
+        return fail(name, {}, f"model call failed ({status}): {text}", dump=False)
+    words = prompt.split()
+    secrets = sorted(k for k, v in os.environ.items() if v.startswith("sk-"))
+    extra = [f"Secrets: {', '.join(secrets) or 'none'}"]
+    if "DIRECT" in words:
+        extra.append(f"Direct: {_direct(words)}")
+    if role == "manager":
+        action = "done" if "AUDIT-OK" in prompt else "cli"
+        answer = "\n".join([text, *extra, f"Next: {action}"])
+    else:
+        header = ["Status: complete", "Integrity: clean", "Contract audit: aligned"]
+        answer = "\n".join([*header, f"AUDIT-OK {text}", *extra])
+    _print(name, answer, {"input_tokens": 999999, "output_tokens": 999999})
+    return 0
+
+
 def main() -> int:
     name = Path(sys.argv[0]).name
     prompt = sys.stdin.read()
+    if "Next: gui|cli" in prompt:
+        return _role(name, "manager", prompt)
+    if "Begin your report with exactly these three lines" in prompt:
+        return _role(name, "auditor", prompt)
     seen: dict[str, object] = {"argv": sys.argv[1:], "env": dict(os.environ)}
     stream = "STREAM" in prompt
     answers = []
@@ -148,17 +189,17 @@ def main() -> int:
         base = _base()
         seen["stranger"] = _post(base + "/v1/messages", {"model": "m"}, {"x-api-key": "sk-x"})[0]
     if "DIRECT" in words:
-        host, _, port = words[words.index("DIRECT") + 1].rpartition(":")
-        try:
-            with socket.create_connection((host, int(port)), timeout=5):
-                seen["direct"] = "connected"
-        except OSError as exc:
-            seen["direct"] = f"refused: {exc}"
+        seen["direct"] = _direct(words)
     _dump(seen)
     text = "\n".join(answers)
     task = prompt[1 : prompt.index("]")] if prompt.startswith("[") else "x"
     Path(f"answer-{name}-{task}.txt").write_text(text + "\n", encoding="utf-8")
-    claim = {"input_tokens": 999999, "output_tokens": 999999}
+    _print(name, text, {"input_tokens": 999999, "output_tokens": 999999})
+    return 0
+
+
+def _print(name: str, text: str, claim: dict[str, int]) -> None:
+    """The adapter's output format for a successful answer (usage: the made-up claim)."""
     if name == "claude":
         print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
                           "result": text, "session_id": "s", "num_turns": 1,
@@ -176,11 +217,11 @@ def main() -> int:
             {"type": "turn.completed", "usage": {**claim, "cached_input_tokens": 0}},
         ):  # fmt: skip
             print(json.dumps(event))
-    return 0
 
 
-def fail(name: str, seen: dict[str, object], message: str) -> int:
-    _dump(seen)
+def fail(name: str, seen: dict[str, object], message: str, *, dump: bool = True) -> int:
+    if dump:
+        _dump(seen)
     if name == "claude":
         print(json.dumps({"type": "result", "subtype": "error_during_execution",
                           "is_error": True, "result": message}))  # fmt: skip

@@ -23,6 +23,7 @@ from .. import git
 from ..adapters.base import AgentOutput
 from ..model import ProcResult
 from ..runner.job import worktree_state
+from ..runner.proxied import ProxiedMeter
 from ..supervise import Outcome
 from .job import RoundLoop, RoundsState
 from .rebuild import rebuild_state
@@ -54,7 +55,10 @@ def run_rounds_batch(run: RunCore, job: BatchJob, state: RoundsState) -> None:
     started = time.monotonic()
     job.started_at = started
     start_commit = git.head(job.worktree)
+    if job.proxy is not None:  # tokens from the proxy's exchanges, every role's (§11a)
+        job.meter = ProxiedMeter(job.proxy, None)
     ended = RoundLoop(job, state).run_all()
+    job.stop_proxy()  # after the last role: every exchange of the batch is reported by now
     duration_ms = int((time.monotonic() - started) * 1000)
     done = ended.outcome == "done"
     result = ProcResult(

@@ -30,6 +30,7 @@ from ..adapters import CommandAdapter, get_adapter
 from ..adapters.base import AgentRequest
 from ..adapters.roles import role_policy, uncovered
 from ..model import ModelCall
+from ..modelroutes import adapter_routes, task_routes
 from ..sandbox.policy import adapter_env_names, adapter_stdin, argv_files, batch_network
 from ..supervise import Limits, Supervised
 from ..supervise.limits import MAX_LIFETIME_S
@@ -65,6 +66,32 @@ def adapter_of(job: BatchJob, role: str) -> tuple[str, str | None]:
     if role in ("auditor", "repair"):
         return spec.auditor or task.adapter, spec.auditor_model or task.model
     return task.adapter, task.model
+
+
+def role_routes(job: BatchJob, role: str) -> tuple[str, ...] | None:
+    """The model routes of ``role``'s adapter (None: not proxied). The task's adapter keeps
+    its task's ``models`` narrowing; another role adapter gets its default routes."""
+    name, _ = adapter_of(job, role)
+    commands = job.run.plan.commands
+    task = job.tasks[0]
+    if name == task.adapter:
+        return task_routes(task, commands)
+    return adapter_routes(name, commands)
+
+
+def rounds_routes(job: BatchJob) -> tuple[str, ...] | None:
+    """The allow-list of a rounds batch's one proxy: every route of a proxied role, in role
+    order (Manager, Executor, Auditor; the repair is the Auditor's adapter); None when no
+    role's adapter is proxied."""
+    found: list[str] = []
+    proxied = False
+    for role in ("manager", "executor", "auditor"):
+        routes = role_routes(job, role)
+        if routes is None:
+            continue
+        proxied = True
+        found += [route for route in routes if route not in found]
+    return tuple(found) if proxied else None
 
 
 def _adapter(job: BatchJob, name: str) -> Any:
@@ -117,13 +144,19 @@ def run_role(
     assert request.workfile is not None
     request.workfile.write_text(json.dumps(dict(work), sort_keys=True), encoding="utf-8")
     programs = [argv[0]]
+    # A role of a proxied adapter reaches the batch's one proxy (docs/spec/runtime.md §11a):
+    # its variables, no key of the operator's, and below the bridge when the proxy is on a
+    # Unix socket; a role of another adapter (scripted) runs as before.
+    proxy = job.proxy if role_routes(job, role) is not None else None
     if role == "executor":
         profile, env = run.sandbox.agent(
             job.dirs,
             programs=programs,
             files=argv_files(argv),
             network=batch_network(job.tasks, run.capabilities),
-            adapter_env=adapter_env_names(adapter),
+            adapter_env=adapter_env_names(adapter) if proxy is None else (),
+            proxy_env=proxy.env if proxy is not None else None,
+            egress=proxy.egress if proxy is not None else (),
         )
     else:
         profile, env = run.sandbox.gate(
@@ -132,7 +165,12 @@ def run_role(
             programs=programs,
             files=argv_files(argv),
             role=SANDBOX_ROLE[role],  # type: ignore[arg-type]
+            proxy_socket=proxy.socket if proxy is not None else None,
+            proxy_env=proxy.env if proxy is not None else None,
+            egress=proxy.egress if proxy is not None else (),
         )
+    if proxy is not None:
+        argv = proxy.wrap(argv)
     task = job.tasks[0]
     lifetime_s = min(MAX_LIFETIME_S, float(run.plan.lifetime_s))
     limits = Limits(wall_s=task.timeout_s, lifetime_s=lifetime_s, grace_s=run.grace_s)

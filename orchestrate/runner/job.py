@@ -219,14 +219,22 @@ class BatchJob:
     def _open_proxy(self, network: bool, names: tuple[str, ...]) -> BatchProxy | None:
         """The batch's proxy when its adapter is proxied (docs/spec/runtime.md §11a): on
         ``<io>/model.sock`` behind the bridge when sandboxed without network, else on a
-        loopback port. Rounds tasks and remote executors keep the unproxied path."""
+        loopback port. A rounds task has one proxy for all its roles, on the socket whenever
+        there is a sandbox (its Manager and Auditor never have network; §21). Remote
+        executors keep the unproxied path (§18)."""
         run = self.run
-        if run.executor is not None or any(task.rounds is not None for task in self.tasks):
+        if run.executor is not None:
             return None
-        routes = batch_routes(self.tasks, run.plan.commands)
+        rounds = any(task.rounds is not None for task in self.tasks)
+        if rounds:
+            from ..rounds.roles import rounds_routes
+
+            routes = rounds_routes(self)
+        else:
+            routes = batch_routes(self.tasks, run.plan.commands)
         if routes is None:
             return None
-        bridged = run.sandbox.available and not network
+        bridged = run.sandbox.available and (rounds or not network)
         return open_proxy(
             run, self.dirs.io, routes, bridged=bridged, adapter=self.batch.adapter,
             adapter_env=names,

@@ -158,15 +158,15 @@ def _retire(run: RunCore, job: BatchJob) -> None:
     if job.error is not None:
         _fail(run, job, "crash", job.error)
         return
-    if job.suspend is not None:  # a rounds task: kept for a continue (docs/spec/rounds.md)
+    miss = first_miss(exchanges)  # strict replay's miss aborts the run, a rounds task's too
+    if job.suspend is not None and miss is None:  # a rounds task: kept for a continue
         for task in job.tasks:
             run.move(task.id, S.BLOCKED, f"rounds {job.suspend}: {job.output.summary}")
             run.suspended[task.id] = job.suspend
         return
-    if job.violation is not None:
+    if job.violation is not None and miss is None:
         _fail(run, job, "integrity", f"auditor integrity violation: {job.violation}")
         return
-    miss = first_miss(exchanges)
     if miss is not None or not job.agent_ok() or exit_anomaly is not None:
         output = job.output
         error = output.error

@@ -62,7 +62,8 @@ class Mount:
     private folder), ``symlink`` (``source`` is the link text), ``proc``/``dev`` (fresh
     ``/proc`` of the new PID namespace, minimal ``/dev``). ``purpose`` says why it is there:
     ``system``, ``interpreter``, ``executable``, ``worktree``, ``git``, ``io``, ``journal``,
-    ``home``, ``tmp``.
+    ``home``, ``tmp``, ``review`` (the review socket), ``proxy`` (the batch proxy's socket
+    in a rounds role's gate-profile sandbox).
     """
 
     dest: str

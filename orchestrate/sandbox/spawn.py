@@ -173,13 +173,25 @@ class Sandbox:
         programs: Sequence[str] = (),
         files: Sequence[str] = (),
         role: Role = "gate",
+        proxy_socket: Path | None = None,
+        proxy_env: Mapping[str, str] | None = None,
+        egress: Sequence[Mapping[str, Any]] = (),
     ) -> tuple[Profile, dict[str, str]]:
         """Profile and environment of a gate (or auditor): everything read-only, no network,
-        a fresh empty HOME, no bytecode writes (the worktree is read-only)."""
+        a fresh empty HOME, no bytecode writes (the worktree is read-only).
+
+        ``proxy_socket`` / ``proxy_env`` / ``egress``: a rounds role of a proxied adapter
+        (Manager, repair, Auditor: docs/spec/runtime.md §11a, §21): the batch proxy's Unix
+        socket is bound read-only at its own path (purpose ``proxy``; a read-only bind still
+        admits ``connect()``, which needs no write to the file system), the proxy's variables
+        are set (no secret in them) and its allow-list is the profile's ``egress``."""
         binds = [Bind(worktree, False, "worktree")]
         if self.git_dir is not None:
             binds.append(Bind(self.git_dir, False, "git"))
-        env = sandbox_env(self.host_env, home=home, fixed={"PYTHONDONTWRITEBYTECODE": "1"})
+        if proxy_socket is not None:
+            binds.append(Bind(proxy_socket, False, "proxy"))
+        fixed = {"PYTHONDONTWRITEBYTECODE": "1", **(proxy_env or {})}
+        env = sandbox_env(self.host_env, home=home, fixed=fixed)
         profile = build_profile(
             role=role, support=self.support,
             settings=self.settings, workdir=worktree, binds=binds, home=home,
@@ -187,6 +199,9 @@ class Sandbox:
             secret=self.secret, confine=self.confine, programs=programs, files=files,
             path_env=env.get("PATH"),
         )  # fmt: skip
+        if egress:
+            items = sorted((dict(item) for item in egress), key=lambda item: str(item["route"]))
+            profile = dataclasses.replace(profile, egress=tuple(items))
         return profile, env
 
     def run_profile(self, work: Path) -> dict[str, Any]:
