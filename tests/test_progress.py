@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.verify.progress import LOG_EVERY_S, TTY_EVERY_S, Progress, _duration
 
 
@@ -213,3 +215,48 @@ def test_the_gate_shows_the_bundle_verification_on_a_terminal(tmp_path: Path) ->
     drawn = [line for line in shown.split("\r\x1b[K") if line]
     assert any(line.startswith("verifying ") and "% records" in line for line in drawn), shown
     assert shown.endswith("\r\x1b[K")
+
+
+def test_edges_of_the_line_never_crash_or_lie() -> None:
+    """A count without a total, an empty input, nothing read yet after a second, an input closed
+    under the ticker, and a step without detail."""
+    progress, out, clock, _ = _progress(tty=False)
+    assert progress.line("receipts", "", 3, None) == "verifying   0% receipts 3, 0 s so far"
+    clock.now += 2
+    assert progress.line("records", "", None, None) == "verifying   0% records, 2 s so far"
+    empty, _, _, _ = _progress(tty=False, size=0)
+    assert empty.line("members", "", None, None) == "verifying members, 0 s so far"
+
+    def closed() -> int:
+        raise ValueError("I/O operation on closed file")
+
+    progress.begin(1000, closed)
+    assert progress.line("trust", "", None, None).startswith("verifying 100% trust")
+    progress.step("trust")
+    clock.now += LOG_EVERY_S
+    progress.tick()
+    assert out.getvalue().splitlines()[-1] == "verifying 100% trust, 5 s so far"
+
+
+def test_standard_error_is_the_default_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    clock = Clock()
+    progress = Progress(True, tty=False, clock=clock, ticker=False)
+    progress.begin(10, lambda: 5)
+    progress.step("records")
+    clock.now += LOG_EVERY_S
+    progress.tick()
+    assert capsys.readouterr().err == "verifying  50% records, about 5 s left\n"
+
+
+def test_the_ticker_writes_log_lines_too() -> None:
+    """Not a terminal: the real thread writes a plain line once the interval has passed."""
+    out = io.StringIO()
+    progress = Progress(True, out, tty=False, interval_s=0.05)
+    progress.begin(100, lambda: 60)
+    progress.step("semantics", "run r")
+    deadline = time.monotonic() + 10
+    while "\n" not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    progress.end()
+    assert out.getvalue().startswith("verifying  60% semantics run r")
+    assert "\r" not in out.getvalue()
