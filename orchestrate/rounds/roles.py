@@ -9,6 +9,10 @@ conversation. Where it runs:
 * Auditor: the auditor sandbox (worktree read-only, no network); the runtime also digests the
   tree before and after it (``treedigest``): the read-only rule holds even without a sandbox.
 
+A role whose adapter is proxied reaches its model only through the batch's one recording
+proxy (docs/spec/runtime.md §11a): the Executor as a plain agent does; the Manager, repair and
+Auditor with the proxy's socket bound read-only into their sandbox, below the bridge.
+
 The scripted adapter runs ``harness.orchestrate.rounds.scripted_roles`` (plain text on
 stdout); any other adapter runs its CLI with the role's tool policy (``AgentRequest.role``,
 the adapter's flags) and its answer is the adapter's parsed final text.
