@@ -25,14 +25,11 @@ from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys
 from harness.verify import cli
 from harness.verify.compare import (
-    DECISION_MEMBERS,
     CompareError,
-    Difference,
     compare_bundles,
     decisions,
 )
 from harness.verify.policy import TrustPolicy
-from harness.verify.records import Record
 from harness.verify.report import ExitCode
 
 from .evidence_helpers import make_keys
@@ -205,48 +202,6 @@ def _audit_decisions(bundle: Path) -> list[dict[str, Any]]:
     (data,) = contents.members.values()
     records = [parse_record_line(line, "audit", "same") for line in data.splitlines()]
     return [decision for _, decision in decisions(records)]
-
-
-def test_decision_sequence_keeps_decisions_and_drops_measurements() -> None:
-    def record(seq: int, kind: str, **body: Any) -> Record:
-        return Record("audit", "r", seq, "2026-01-01T00:00:00.000000Z", kind, body, "0" * 64)
-
-    records = [
-        record(0, "run.start", sandbox={}),
-        record(1, "gate.result", task="t", gate="g", passed=True, exit_code=0, duration_ms=17),
-        record(
-            2, "task.transition", task="t", to="done", reason="after 17 ms", **{"from": "gating"}
-        ),
-        record(3, "run.end", outcome="completed"),
-    ]
-    assert list(decisions(records)) == [
-        (1, {"kind": "gate.result", "task": "t", "gate": "g", "passed": True, "exit_code": 0}),
-        (2, {"kind": "task.transition", "task": "t", "from": "gating", "to": "done"}),
-        (3, {"kind": "run.end", "outcome": "completed"}),
-    ]
-    # every member named is one the record kind has (a renamed member would compare None to None)
-    from harness.verify.recordkinds import BODY_SPECS
-
-    for kind, members in DECISION_MEMBERS.items():
-        assert set(members) <= set(BODY_SPECS["audit"][kind]), kind
-
-
-def test_first_difference_names_the_decision_and_both_audit_seqs() -> None:
-    from harness.verify.compare import _decision_difference
-
-    ours = [(4, {"kind": "run.end", "outcome": "completed"})]
-    theirs = [(9, {"kind": "run.end", "outcome": "aborted: replay miss"})]
-    difference = _decision_difference(ours, theirs)
-    assert difference == Difference(
-        "decisions", 0, "decision.outcome", "completed", "aborted: replay miss", 4, 9
-    )
-    longer = _decision_difference(ours + theirs, ours)
-    assert longer is not None and (longer.index, longer.original_seq, longer.replay_seq) == (
-        1,
-        9,
-        None,
-    )
-    assert _decision_difference(ours, ours) is None
 
 
 def test_an_unverified_bundle_is_refused_with_its_own_exit_code(
