@@ -27,6 +27,7 @@ SHARED_SCOPES = {
     # a real local Ray cluster (module fixture, --num-cpus=2); a head node also binds fixed
     # default ports (the Ray client server's 10001): one cluster on the machine at a time
     "test_executor_ray.py": "ray",
+    "test_proxy_ray.py": "ray",  # the same cluster fixture
 }
 CHROMIUM_SCOPE = "chromium"
 """Files that drive headless Chromium (call ``_chromium()`` or use ``tests/cdp.py``): one

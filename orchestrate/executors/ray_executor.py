@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -257,6 +258,7 @@ class RayExecutor:
         from ..sandbox.policy import batch_network
 
         tasks = job.tasks
+        proxy = getattr(job, "proxy", None)  # the batch's recording proxy (runtime.md §18)
         unit = portable_unit(
             batch=job.batch.id,
             base=job.base,
@@ -272,8 +274,29 @@ class RayExecutor:
             message=f"{job.batch.id}: {', '.join(t.id for t in tasks)}",
             git_date=run.git_date,
             programs=[job.adapter.executable],
+            proxy=proxy.address if proxy is not None else None,
+            proxy_env=proxy.bridge_env if proxy is not None else None,
+            proxy_direct_env=proxy.env if proxy is not None else None,
+            egress=proxy.egress if proxy is not None else (),
         )
         return self.submit(unit, role_resources(job.batch.role), land=(run.repo, job.worktree))
+
+    def proxy_host(self) -> str:
+        """The address a proxied batch's proxy binds on the coordinator (runtime.md §18): the
+        local address of the coordinator's route to the cluster's ``address`` (the host of
+        ``--address`` itself when the coordinator runs on the head node; ``127.0.0.1`` for a
+        local cluster, or an address that is not ``host:port``). Workers' relays connect to it;
+        off loopback the proxy admits only the batch's access token."""
+        host, sep, port = self.address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            return "127.0.0.1"
+        host = host.strip("[]")
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((host, int(port)))  # UDP: no packet, only the route is chosen
+                return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
 
     def close(self) -> None:
         """Leave the cluster (the cluster itself keeps running)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,10 +33,15 @@ from typing import Any
 
 from .. import git
 from ..model import ProcResult
+from ..proxy.bridge import DEFAULT_PORT as BRIDGE_PORT
+from ..proxy.bridge import bridge_argv
 from ..sandbox import BASE_NAMES, BatchDirs, Sandbox, Settings, support_for
 from ..sandbox.policy import argv_files
 from ..supervise import MAX_LIFETIME_S, Limits, Supervised
 from .gitbundle import base_bundle, branch_bundle, unpack_base
+from .relay import SocketRelay
+
+SOCKET_NAME = "model.sock"
 
 __all__ = ["AgentUnit", "UnitResult", "portable_unit", "run_unit", "run_unit_in_tempdir"]
 
@@ -75,10 +81,25 @@ class AgentUnit:
     """The message of the commit that takes the agent's changes (default: the batch id)."""
     git_date: str | None = None
     """The commit date (the run's logical clock), so a worker commits the ids a local run would."""
+    proxy: str | None = None
+    """A proxied batch: ``host:port`` of the coordinator's recording proxy for this batch
+    (runtime.md §18). The worker relays ``<io>/model.sock`` to it; the keys stay there."""
+    proxy_env: Mapping[str, str] = field(default_factory=dict)
+    """The agent's proxy variables behind the worker's bridge (base URLs on
+    ``127.0.0.1:8377``, the batch's access token as key): set whatever the network grant."""
+    proxy_direct_env: Mapping[str, str] = field(default_factory=dict)
+    """The same variables pointing straight at ``proxy`` (an unsandboxed worker, or a batch
+    granted the network: no bridge)."""
+    egress: tuple[Mapping[str, Any], ...] = ()
+    """The proxy's allow-list (``AllowList.describe()``), recorded in the worker's profile."""
 
     def __post_init__(self) -> None:
         if not self.argv:
             raise ValueError(f"unit {self.batch}: empty argv")
+        if self.proxy is not None:
+            from .relay import parse_address
+
+            parse_address(self.proxy)  # raises on a malformed address, before anything ships
         for name in self.scratch:
             _scratch_path(name)  # raises on an unsafe name
         self.limits()  # raises on limits the supervisor refuses, before anything ships
@@ -141,12 +162,18 @@ def portable_unit(
     message: str,
     git_date: str | None,
     programs: Sequence[str] = (),
+    proxy: str | None = None,
+    proxy_env: Mapping[str, str] | None = None,
+    proxy_direct_env: Mapping[str, str] | None = None,
+    egress: Sequence[Mapping[str, Any]] = (),
 ) -> AgentUnit:
     """The unit of a batch prepared on the coordinator as for a local agent.
 
     ``argv`` is the adapter's command line (not wrapped in bubblewrap), ``env`` the agent's
     environment as ``Sandbox.agent`` computed it; ``dirs`` the batch's folders, whose io
-    folder holds the scratch files (prompt, workfile) by now. The io folder and worktree paths
+    folder holds the scratch files (prompt, workfile) by now. ``proxy`` and the two proxy
+    environments: a proxied batch (``env``'s proxy variables are then dropped from ``env``:
+    the worker sets the right ones for its sandbox). The io folder and worktree paths
     become ``{io}``/``{tree}``; ``HOME`` and ``TMPDIR`` are left to the worker. Raises
     ValueError when the result would still name a coordinator folder of the batch (an
     argument or value the placeholders do not cover) or the io folder holds anything but
@@ -157,7 +184,8 @@ def portable_unit(
         arg.replace(str(dirs.io), IO_PLACEHOLDER).replace(str(dirs.tree), TREE_PLACEHOLDER)
         for arg in argv
     )
-    values = {k: v for k, v in env.items() if k not in _WORKER_SET}
+    proxied = set(proxy_direct_env or {}) | set(proxy_env or {})
+    values = {k: v for k, v in env.items() if k not in _WORKER_SET and k not in proxied}
     leaks = [a for a in portable if root in a] + [k for k, v in values.items() if root in v]
     if leaks:
         raise ValueError(f"unit {batch}: still names the batch folder {root}: {leaks!r}")
@@ -185,6 +213,10 @@ def portable_unit(
         programs=tuple(programs),
         message=message,
         git_date=git_date,
+        proxy=proxy,
+        proxy_env=dict(proxy_env or {}),
+        proxy_direct_env=dict(proxy_direct_env or {}),
+        egress=tuple(dict(item) for item in egress),
     )
 
 
@@ -217,27 +249,43 @@ def run_unit(unit: AgentUnit, workdir: Path) -> UnitResult:
         host_env=dict(unit.env),
     )
     argv = [_fill(arg, dirs) for arg in unit.argv]
+    # A proxied unit behind the bridge: sandboxed without network, its only way out is the
+    # relay (below) to the coordinator's proxy; otherwise it is pointed at the proxy itself.
+    bridged = unit.proxy is not None and sandbox.available and not unit.network
+    proxy_env = unit.proxy_env if bridged else unit.proxy_direct_env
+    python = os.path.abspath(sys.executable)
     profile, env = sandbox.agent(
         dirs,
-        programs=[argv[0], *unit.programs],
+        programs=[argv[0], *unit.programs, *([python] if bridged else [])],
         files=argv_files(argv),
         network=unit.network,
-        adapter_env=sorted(set(unit.env) - set(BASE_NAMES)),
+        adapter_env=sorted(set(unit.env) - set(BASE_NAMES)) if unit.proxy is None else (),
+        proxy_env=proxy_env if unit.proxy is not None else None,
+        egress=unit.egress,
     )
-    proc = Supervised.start(
-        sandbox.argv(profile, argv),
-        cwd=dirs.tree,
-        limits=unit.limits(),
-        env=env,
-        stdin=unit.stdin,
-        sandboxed=profile.kind == "bwrap",
-        progress_paths=[dirs.tree],
-    )
+    relay: SocketRelay | None = None
+    if bridged:
+        assert unit.proxy is not None
+        relay = SocketRelay(dirs.io / SOCKET_NAME, unit.proxy).start()
+        argv = bridge_argv(python, dirs.io / SOCKET_NAME, BRIDGE_PORT, argv)
     try:
-        while (outcome := proc.step(_STEP_S)) is None:
-            pass
+        proc = Supervised.start(
+            sandbox.argv(profile, argv),
+            cwd=dirs.tree,
+            limits=unit.limits(),
+            env=env,
+            stdin=unit.stdin,
+            sandboxed=profile.kind == "bwrap",
+            progress_paths=[dirs.tree],
+        )
+        try:
+            while (outcome := proc.step(_STEP_S)) is None:
+                pass
+        finally:
+            proc.close()  # an exception escaped the loop: leave nothing behind
     finally:
-        proc.close()  # an exception escaped the loop: leave nothing behind
+        if relay is not None:
+            relay.stop()
     git.commit_all(dirs.tree, unit.message or unit.batch, date=unit.git_date)
     tip = git.head(dirs.tree)  # also covers commits the agent made itself
     bundle = branch_bundle(repo, unit.branch, unit.base)

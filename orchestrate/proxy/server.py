@@ -61,7 +61,7 @@ class _Server(ThreadingHTTPServer):
     ) -> None:
         self.proxy = proxy
         self._slots = threading.BoundedSemaphore(proxy.limits.max_connections)
-        super().__init__(address or ("127.0.0.1", proxy.requested_port), handler)
+        super().__init__(address or (proxy.host, proxy.requested_port), handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -173,8 +173,11 @@ class _UnixServer(_Server):
 class ProxyServer:
     """The recording proxy: ``start()``, then ``base_url(route)``; ``close()`` when done.
 
-    ``unix_path``: listen on a Unix socket there instead of TCP ``127.0.0.1:port``.
+    ``unix_path``: listen on a Unix socket there instead of TCP ``host:port``.
     ``access_token``: the credential every request must carry (see the attribute).
+    ``host``: the TCP address to bind (default ``127.0.0.1``); any other address (the Ray
+    executor's workers reach the coordinator's proxy over the network) is refused without
+    an ``access_token`` (``ValueError``): a port other hosts reach must admit only the agent.
     """
 
     def __init__(
@@ -187,7 +190,11 @@ class ProxyServer:
         on_exchange: Callable[[Exchange], None] | None = None,
         unix_path: Path | None = None,
         access_token: str | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
+        if unix_path is None and host != "127.0.0.1" and not access_token:
+            raise ValueError(f"a proxy bound to {host} needs an access token")
+        self.host = host
         self.allow = allow
         self.access_token = access_token
         """Set: a request must carry it as its credential (``x-api-key``, ``api-key`` or
@@ -226,7 +233,8 @@ class ProxyServer:
     def base_url(self, route: str, port: int | None = None) -> str:
         """``http://127.0.0.1:P/<route>`` (what the agent's base-URL variable is set to);
         ``port``: the bridge's port, for a Unix-socket proxy."""
-        return f"http://127.0.0.1:{self.port if port is None else port}/{route}"
+        host = self.host if port is None else "127.0.0.1"
+        return f"http://{host}:{self.port if port is None else port}/{route}"
 
     def start(self) -> ProxyServer:
         """Serve in a daemon thread (a second call is a no-op)."""

@@ -220,11 +220,17 @@ class BatchJob:
         """The batch's proxy when its adapter is proxied (docs/spec/runtime.md §11a): on
         ``<io>/model.sock`` behind the bridge when sandboxed without network, else on a
         loopback port. A rounds task has one proxy for all its roles, on the socket whenever
-        there is a sandbox (its Manager and Auditor never have network; §21). Remote
-        executors keep the unproxied path (§18)."""
+        there is a sandbox (its Manager and Auditor never have network; §21). A remote
+        executor's batch: on TCP at the address its workers' relays reach (§18)."""
         run = self.run
         if run.executor is not None:
-            return None
+            remote = batch_routes(self.tasks, run.plan.commands)
+            if remote is None or any(task.rounds is not None for task in self.tasks):
+                return None
+            return open_proxy(
+                run, self.dirs.io, remote, bridged=False, adapter=self.batch.adapter,
+                adapter_env=names, remote_host=run.executor.proxy_host(),
+            )  # fmt: skip
         rounds = any(task.rounds is not None for task in self.tasks)
         if rounds:
             from ..rounds.roles import rounds_routes

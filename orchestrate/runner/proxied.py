@@ -74,6 +74,15 @@ class BatchProxy:
     env: dict[str, str]
     exchanges: list[Exchange] = field(default_factory=list)
     closed: bool = False
+    bridge_env: dict[str, str] | None = None
+    """A remote batch's (Ray executor): the agent's variables behind a worker's bridge
+    (base URLs on ``127.0.0.1:BRIDGE_PORT``, the access token as key); ``env`` is then the
+    direct one (base URLs on the proxy's ``host:port``)."""
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of a TCP proxy (what a worker's relay connects to)."""
+        return f"{self.server.host}:{self.server.port}"
 
     @property
     def egress(self) -> list[dict[str, object]]:
@@ -140,8 +149,12 @@ def agent_env(
     adapter: str = "",
     passthrough: Mapping[str, str] | None = None,
     key: str = PLACEHOLDER_KEY,
+    host: str = LOOPBACK,
 ) -> dict[str, str]:
     """The proxied agent's variables (no secret of the operator's in any of them).
+
+    ``host``: where the proxy listens (a Ray worker's agent reaches the coordinator's proxy
+    at its network address; ``NO_PROXY`` then names it too).
 
     ``key``: the placeholder key the agent's SDKs send; on a loopback port the proxy's
     access token (it admits only requests that carry it).
@@ -154,7 +167,8 @@ def agent_env(
     paths to (``v1/messages``, ``v1/chat/completions``): the route's URL with a trailing
     ``/`` and without the base path's final ``/v1``.
     """
-    proxy = f"http://{LOOPBACK}:{port}"
+    listen = host  # (the loop below reuses the name ``host`` for goose's variables)
+    proxy = f"http://{listen}:{port}"
     env: dict[str, str] = {
         name: value for name, value in (passthrough or {}).items() if not is_secret_name(name)
     }
@@ -186,7 +200,8 @@ def agent_env(
                 env["OPENAI_HOST"] = host
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
         env[name] = proxy
-    env["NO_PROXY"] = env["no_proxy"] = f"{LOOPBACK},localhost"
+    direct = f"{LOOPBACK},localhost" if listen == LOOPBACK else f"{listen},{LOOPBACK},localhost"
+    env["NO_PROXY"] = env["no_proxy"] = direct
     return env
 
 
@@ -198,10 +213,13 @@ def open_proxy(
     bridged: bool,
     adapter: str = "",
     adapter_env: Sequence[str] = (),
+    remote_host: str | None = None,
 ) -> BatchProxy:
     """Start the batch's proxy (serving before the spawn is recorded). ``adapter_env``: the
     adapter's variable names; those that are not credentials pass through (with their
-    runtime values), the credentials never."""
+    runtime values), the credentials never. ``remote_host``: a batch on a remote executor
+    (runtime.md §18): TCP on that address with an access token, never bridged here, and
+    ``bridge_env`` for a worker that runs the agent behind its bridge and relay."""
     routes = tuple(
         found for found in (resolve(name, run.plan.models) for name in route_names) if found
     )
@@ -215,15 +233,22 @@ def open_proxy(
     else:  # a loopback port any local process can reach: admit only the agent's token
         path = None
         token = f"{PLACEHOLDER_KEY}-{secrets.token_hex(16)}"
-        server = ProxyServer(allow, journal, access_token=token)
+        server = ProxyServer(allow, journal, access_token=token, host=remote_host or LOOPBACK)
         port = server.port
     server.start()
     host = run.sandbox.host_env
     passthrough = {name: host[name] for name in adapter_env if name in host}
+    key = token or PLACEHOLDER_KEY
     env = agent_env(
-        routes, port, adapter=adapter, passthrough=passthrough, key=token or PLACEHOLDER_KEY
-    )
-    return BatchProxy(server, routes, bridged, path, env)
+        routes, port, adapter=adapter, passthrough=passthrough, key=key,
+        host=remote_host or LOOPBACK,
+    )  # fmt: skip
+    bridge_env = None
+    if remote_host is not None:
+        bridge_env = agent_env(
+            routes, BRIDGE_PORT, adapter=adapter, passthrough=passthrough, key=key
+        )
+    return BatchProxy(server, routes, bridged, path, env, bridge_env=bridge_env)
 
 
 # ---- records ---------------------------------------------------------------------------------
