@@ -107,3 +107,11 @@ def test_the_agents_variables_name_a_remote_proxys_host() -> None:
     assert env["HTTPS_PROXY"] == "http://10.1.2.3:4100"
     assert env["NO_PROXY"] == "10.1.2.3,127.0.0.1,localhost"  # the base URLs go direct
     assert env["ANTHROPIC_API_KEY"] == env["OPENAI_API_KEY"] == "tok"
+
+
+def test_the_proxy_host_is_the_coordinators_address_towards_the_cluster() -> None:
+    from harness.orchestrate.executors.ray_executor import RayExecutor
+
+    assert RayExecutor("127.0.0.1:6379").proxy_host() == "127.0.0.1"  # a local cluster
+    assert RayExecutor("auto").proxy_host() == "127.0.0.1"  # not host:port
+    assert RayExecutor("localhost:6379").proxy_host() == "127.0.0.1"

@@ -128,6 +128,7 @@ def _common(repo: Path, handles: list[RayHandle], fake: FakeModelServer) -> dict
     # budgets from the exchanges, not the CLI's made-up 999999
     (usage,) = [e["usage"] for e in _kinds(audit, "agent.exit")]
     assert usage["output_tokens"] == sum(e["usage"]["output_tokens"] for e in answered)
+    assert usage["cost_micros"] == 500000  # the cost: the CLI's own report, from its stdout
     spawn = _kinds(audit, "agent.spawn")[0]
     assert [item["route"] for item in spawn["sandbox"]["egress"]] == ["anthropic"]
     assert handle.unit_result is not None

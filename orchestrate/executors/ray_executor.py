@@ -29,6 +29,12 @@ role's concurrency on that node, e.g. ``ray start ... --resources='{"harness_rol
 Ray queues a task until a node has a free unit. The task asks for no CPU (``num_cpus=0`` by
 default): an agent mostly waits on its model, and the role resource is the limit.
 
+A proxied batch (runtime.md §18.7) keeps its recording proxy here, on TCP at
+:meth:`RayExecutor.proxy_host` with the batch's access token; the unit names its address and
+the worker relays the sandboxed agent's connections to it. The returned stdout and stderr
+feed the batch's usage meter (the adapter's own report: cost; a proxied batch's tokens are
+its exchanges').
+
 ``import ray`` happens only inside this module's functions: the verifier, the runtime and
 ``harness.orchestrate`` import and run without Ray installed (the ``ray`` extra).
 """
@@ -41,7 +47,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from selectors import EVENT_READ
 from typing import Any
@@ -85,8 +91,16 @@ class RayHandle:
     identity: None = None
     """No local pid/pgid: the process runs on a worker; orphan reaping is the worker's."""
 
-    def __init__(self, ref: Any, unit: AgentUnit, land: tuple[Path, Path] | None = None) -> None:
+    def __init__(
+        self,
+        ref: Any,
+        unit: AgentUnit,
+        land: tuple[Path, Path] | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> None:
         self._ref = ref
+        self._on_output = on_output
+        """Fed the worker's stdout and stderr once they are back (the batch's usage meter)."""
         self.unit = unit
         self._land = land
         self._started = time.monotonic()
@@ -185,6 +199,9 @@ class RayHandle:
                 why = f"branch bundle refused: {exc}"
                 return Outcome(_crash_result(why, self._started), "crash", value.idle_ms)
         self.unit_result = value
+        if self._on_output is not None:  # what a local agent's meter reads as it runs
+            self._on_output("stdout", value.result.stdout)
+            self._on_output("stderr", value.result.stderr)
         return Outcome(value.result, value.anomaly, value.idle_ms)
 
     def kill(self, why: str) -> None:
@@ -223,12 +240,14 @@ class RayExecutor:
         resources: Mapping[str, float],
         *,
         land: tuple[Path, Path] | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
     ) -> RayHandle:
         """Queue ``unit`` on the cluster with ``resources`` (see :func:`role_resources`).
 
         ``land``: ``(repo, worktree)`` — when the unit returns, its branch is applied to the
         batch's worktree (``apply_branch_bundle(..., worktree=)``) before the outcome is
         reported, so the caller then sees the worker's commit as if the agent had run there.
+        ``on_output(stream, chunk)``: fed the returned stdout and stderr (a usage meter).
         """
         if self._remote is None:
             raise RuntimeError("RayExecutor.submit before connect()")
@@ -238,7 +257,7 @@ class RayExecutor:
             num_cpus=self.num_cpus,
             resources=dict(resources),
         ).remote(unit)
-        return RayHandle(ref, unit, land)
+        return RayHandle(ref, unit, land, on_output)
 
     def start(self, run: Any, job: Any) -> RayHandle:
         """The runner's executor hook (``runner.agents.start_agent``): the unit of a batch
@@ -279,7 +298,11 @@ class RayExecutor:
             proxy_direct_env=proxy.env if proxy is not None else None,
             egress=proxy.egress if proxy is not None else (),
         )
-        return self.submit(unit, role_resources(job.batch.role), land=(run.repo, job.worktree))
+        meter = getattr(job, "meter", None)  # the adapter's usage report, read from stdout
+        return self.submit(
+            unit, role_resources(job.batch.role), land=(run.repo, job.worktree),
+            on_output=meter.feed if meter is not None else None,
+        )  # fmt: skip
 
     def proxy_host(self) -> str:
         """The address a proxied batch's proxy binds on the coordinator (runtime.md §18): the

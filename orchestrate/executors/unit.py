@@ -18,6 +18,12 @@ folders; what the worker hides is the worker user's home (the worker has no stat
 keys to hide). The environment is the allow-list again (``sandbox_env``): ``unit.env`` plays
 the host environment, and names beyond the base list reach the agent only with network egress,
 exactly as locally.
+
+A proxied batch (runtime.md §18.7) names the coordinator's proxy (``proxy``, ``host:port``):
+sandboxed without network, the worker relays ``<io>/model.sock`` to it (``relay.py``, a thread
+outside the sandbox) and runs the agent below the in-sandbox bridge with ``proxy_env``;
+otherwise the agent gets ``proxy_direct_env`` and reaches the proxy itself. The keys, the
+journal and the exchanges' records stay on the coordinator.
 """
 
 from __future__ import annotations
