@@ -175,3 +175,39 @@ def test_a_sandboxed_worker_agent_reaches_only_the_relay(
     assert outcomes == ["answered", "refused", "refused"]
     report = _verified(repo, keys, tmp_path)
     assert report.status.value == "verified", report.failure
+
+
+def test_a_ray_run_replays_offline_from_the_coordinators_journal(
+    cluster: Cluster, tmp_path: Path, fake: FakeModelServer, claude: Path,
+    submitted: list[RayHandle],
+) -> None:  # fmt: skip
+    """The journal is the coordinator's: a replay on Ray needs no model, and its replay and
+    lineage stores are the live run's bytes (nothing of the worker's in them)."""
+    from harness.orchestrate.demo import make_repo
+
+    from .test_proxy_run import _copy_journal
+
+    keys = make_keys()
+    plan = _plan(fake, ("t1", "claude", "fix it TWICE"))
+    plan["task"][0]["role"] = "coder"
+    pristine = tmp_path / "pristine" / "repo"
+    make_repo(pristine)
+    repos = []
+    for name, mode in (("a", "live"), ("b", "replay")):
+        repo = _fresh(tmp_path / name, pristine)
+        if mode == "replay":
+            fake.stop()  # offline from here: nothing may reach the model
+            _copy_journal(repos[0], repo)
+        journal = Journal(repo / ".harness" / "journals" / "r1", mode)
+        runtime = _runtime(repo, plan, keys, journal, sandbox=Settings(opt_out=True),
+                           capabilities=UNSANDBOXED_MATRIX)  # fmt: skip
+        runtime.executor = cluster.executor
+        assert runtime.run().states == {"t1": TaskState.DONE}
+        repos.append(repo)
+    sources = [s["source"] for s in _kinds(_records(repos[1], "audit"), "model.source")]
+    assert sources == ["journal", "journal"]
+    for store in ("lineage", "replay"):
+        a, b = (r / ".harness" / "runs" / "r1" / f"{store}.jsonl" for r in repos)
+        assert a.read_bytes() == b.read_bytes(), store
+    report = _verified(repos[1], keys, tmp_path / "b")
+    assert report.status.value == "verified", report.failure
