@@ -24,7 +24,7 @@ from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.replay import Journal
 from harness.orchestrate.rounds import roles
 from harness.orchestrate.rounds.texts import load_text
-from harness.orchestrate.runtime import Runtime
+from harness.orchestrate.runtime import RunAbortedError, Runtime
 from harness.orchestrate.sandbox import Settings, probe
 from harness.orchestrate.supervise import Supervised
 from harness.receipts.bundle import export_bundle
@@ -280,3 +280,42 @@ def test_a_gate_profile_with_the_proxy_binds_its_socket_read_only(tmp_path: Path
     plain, _ = sandbox.gate(dirs.tree, dirs.gate_home, role="auditor")
     assert plain.to_json()["egress"] == []
     assert not [m for m in plain.to_json()["mounts"] if m["purpose"] == "proxy"]
+
+
+def test_a_suspended_rounds_task_records_its_exchanges_once(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    """Rounds that end ``incomplete`` suspend the task (kept for a continue): the batch's
+    exchanges are recorded at that retirement, once, and the bundle verifies."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    keys = make_keys()
+    plan = _plan(fake)
+    plan["task"][0]["rounds"]["max_rounds"] = 1  # round 1 ends with Next: cli -> incomplete
+    summary = _runtime(repo, plan, keys, "live").run()
+    assert summary.states == {"t": TaskState.BLOCKED}
+    audit, replay = _records(repo, "audit"), _records(repo, "replay")
+    assert [e["outcome"] for e in _kinds(audit, "round.end")] == ["incomplete"]
+    exchanges = _kinds(replay, "model.exchange")
+    assert [(e["seq"], e["outcome"]) for e in exchanges] == [(n, "answered") for n in (1, 2, 3)]
+    assert [s["seq"] for s in _kinds(audit, "model.source")] == [1, 2, 3]
+    kinds = [r["kind"] for r in audit]
+    assert kinds.index("model.source") < kinds.index("agent.exit")  # sources before the exit
+    assert len(fake.seen) == 3
+    verdict = _verified(repo, keys, tmp_path)
+    assert verdict.status.value == "verified", verdict.failure
+
+
+def test_a_strict_replay_miss_in_a_rounds_task_aborts_the_run(
+    tmp_path: Path, fake: FakeModelServer, cli_path: Path
+) -> None:
+    """A replay with nothing journaled: the Manager's request misses; the run aborts (it is
+    not taken for a failing round or a suspension), and nothing reached the model server."""
+    repo = tmp_path / "repo"
+    make_repo(repo)
+    with pytest.raises(RunAbortedError, match="replay miss"):
+        _runtime(repo, _plan(fake), make_keys(), "replay").run()
+    assert fake.seen == []
+    audit, replay = _records(repo, "audit"), _records(repo, "replay")
+    assert [e["outcome"] for e in _kinds(replay, "model.exchange")] == ["replay-miss"]
+    assert audit[-1]["body"]["outcome"] == "aborted: replay miss"

@@ -36,6 +36,7 @@ from harness.verify.rules.header import REPLACEMENT, VIOLATION, Header
 
 from .. import git
 from ..model import RoundsSpec
+from ..runner.proxied import first_miss
 from . import prompts
 from .roles import RoleResult, role_policies, run_role
 from .texts import load_text, save_text
@@ -43,6 +44,10 @@ from .treedigest import tree_digest
 
 if TYPE_CHECKING:
     from ..runner.job import BatchJob
+
+
+class _ReplayMissError(Exception):
+    """A role's request missed the journal under strict replay (the run is to abort)."""
 
 
 @dataclass
@@ -118,6 +123,11 @@ class RoundLoop:
         base = {"goal": self.task.prompt, "steps": _script(self.spec)}
         result = run_role(self.job, role, prompt, {**base, **work}, should_stop=self._stop)
         self.calls.extend(result.model_calls)
+        proxy = self.job.proxy
+        if proxy is not None:  # strict replay could not answer: no further role, no round end
+            miss = first_miss(proxy.server.exchanges())
+            if miss is not None:
+                raise _ReplayMissError(miss.reason or f"replay miss: no journaled answer ({role})")
         return result
 
     def _record(self, kind: str, body: dict[str, Any]) -> None:
@@ -143,7 +153,10 @@ class RoundLoop:
                 return self._end("stopped", "operator stop")
             if state.round >= self.spec.max_rounds:
                 return self._end("incomplete", f"no rounds left ({self.spec.max_rounds})")
-            ended = self._one_round(state.round + 1)
+            try:
+                ended = self._one_round(state.round + 1)
+            except _ReplayMissError as miss:  # retirement aborts the run on the proxy's miss
+                return self._end("blocked", str(miss))
             if ended is not None:
                 return ended
 
