@@ -15,42 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.orchestrate.proxy import Exchange
+from harness.orchestrate.runner.proxied import exchange_body, source_body
 
 from .fake_model_server import FakeModelServer
 from .proxy_helpers import allow_list, body_of, call, make_proxy
 
 HEX = "ab" * 32
-
-
-def exchange_body(batch: str, exchange: Exchange) -> dict[str, Any]:
-    """The ``model.exchange`` body of one exchange (every member; never its source)."""
-    return {
-        "batch": batch,
-        "seq": exchange.seq,
-        "route": exchange.route,
-        "method": exchange.method,
-        "path": exchange.path,
-        "outcome": exchange.outcome,
-        "status": exchange.status,
-        "family": exchange.family,
-        "api": exchange.api,
-        "upstream": exchange.upstream,
-        "key": exchange.key,
-        "model": exchange.model,
-        "stream": exchange.stream,
-        "parameters": dict(exchange.parameters) if exchange.parameters is not None else None,
-        "request_sha256": exchange.request_sha256,
-        "response_sha256": exchange.response_sha256,
-        "journaled": exchange.journaled,
-        "usage": exchange.usage.body() if exchange.usage is not None else None,
-        "dropped_credentials": list(exchange.dropped_credentials),
-        "reason": exchange.reason,
-        "response_bytes": exchange.response_bytes,
-    }
-
-
-def source_body(batch: str, exchange: Exchange) -> dict[str, Any]:
-    return {"batch": batch, "seq": exchange.seq, "source": exchange.source}
 
 
 @dataclass(frozen=True)
