@@ -92,7 +92,8 @@ def _plan(fake: FakeModelServer, prompt: str = "Write the answer.") -> dict[str,
         "task": [
             {"id": "t", "role": "r-t", "prompt": prompt, "adapter": "claude",
              "scope": ["answer-claude-x.txt"], "gates": [gate],
-             "rounds": {"max_rounds": 3, "manager": "claude", "auditor": "claude"}},
+             "rounds": {"max_rounds": 3, "manager": "claude", "auditor": "claude",
+                        "gate_wait_s": 2}},  # a failing role ends in seconds, never hangs
         ],
     }  # fmt: skip
 
