@@ -180,3 +180,82 @@ def test_the_reports_say_what_differs() -> None:
         Difference("lineage", 0, "records", 1, 2).line()
         == "first difference: lineage #0, records: 1 != 2"
     )
+
+
+def test_the_json_report_holds_every_member() -> None:
+    """The whole document, exactly (a renamed or dropped member fails)."""
+    stores = (
+        StoreComparison("lineage", "ab" * 32, "ab" * 32, 3, 3),
+        StoreComparison("replay", "ab" * 32, "cd" * 32, 2, 2),
+    )
+    difference = Difference("replay", 1, "record.body.key", "k1", "k2")
+    run = RunComparison("r", "s", stores, (4, 5), difference)
+    original, replay = _report("r", bundle="a.tar"), _report("s", bundle="b.tar")
+    original.signer_key_id, replay.signer_key_id = "11" * 32, "22" * 32
+    assert Comparison(original, replay, [run]).to_json() == {
+        "same": False,
+        "original": {"bundle": "a.tar", "signer": "11" * 32},
+        "replay": {"bundle": "b.tar", "signer": "22" * 32},
+        "runs": [
+            {
+                "original_run": "r",
+                "replay_run": "s",
+                "same": False,
+                "stores": {
+                    "lineage": {
+                        "same": True,
+                        "original_root": "ab" * 32,
+                        "replay_root": "ab" * 32,
+                        "original_records": 3,
+                        "replay_records": 3,
+                    },
+                    "replay": {
+                        "same": False,
+                        "original_root": "ab" * 32,
+                        "replay_root": "cd" * 32,
+                        "original_records": 2,
+                        "replay_records": 2,
+                    },
+                },
+                "decisions": {"original": 4, "replay": 5},
+                "first_difference": {
+                    "where": "replay",
+                    "index": 1,
+                    "member": "record.body.key",
+                    "original": "k1",
+                    "replay": "k2",
+                    "original_seq": None,
+                    "replay_seq": None,
+                },
+            }
+        ],
+    }
+    assert Comparison(original, replay, []).to_json()["same"] is True
+
+
+def test_a_shorter_decision_sequence_names_the_first_extra_decision() -> None:
+    ours = [(3, {"kind": "run.end", "outcome": "completed"})]
+    extra = (8, {"kind": "gate.result", "task": "t"})
+    assert _decision_difference(ours, [*ours, extra]) == Difference(
+        "decisions", 1, "decisions", 1, 2, None, 8
+    )
+    assert _decision_difference([*ours, extra], ours) == Difference(
+        "decisions", 1, "decisions", 2, 1, 8, None
+    )
+    assert _decision_difference([], []) is None
+    assert _decision_difference([], ours) == Difference("decisions", 0, "decisions", 0, 1, None, 3)
+    first = _decision_difference(
+        [(1, {"kind": "a", "x": 1}), (2, {"kind": "b", "x": 1})],
+        [(1, {"kind": "a", "x": 1}), (5, {"kind": "b", "x": 2})],
+    )
+    assert first == Difference("decisions", 1, "decision.x", 1, 2, 2, 5)
+
+
+def test_values_are_shown_short() -> None:
+    from harness.verify.compare import _short, _show
+
+    assert _show("abc") == "'abc'"
+    assert _show("x" * 118) == repr("x" * 118)  # 120 characters: shown whole
+    assert _show("x" * 119) == repr("x" * 119)[:117] + "..."
+    assert len(_show("x" * 500)) == 120
+    assert _short(None) == "-" and _short("0123456789abcdef0123") == "0123456789abcdef"
