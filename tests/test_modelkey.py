@@ -202,3 +202,28 @@ def test_key_changes_with_any_keyed_input(
     if change == "member" and jcs_bytes(changed) == jcs_bytes(document):
         return  # the same canonical JSON (1.0 against 1): the same question
     assert again.key != base.key
+
+
+def test_url_credentials_are_named_and_dropped_keeping_the_rest_byte_for_byte() -> None:
+    """A Gemini key in the URL (``?key=``) must never be keyed, forwarded or recorded: the
+    proxy drops it with this function, and the verifier's rule E8 finds it with the other."""
+    from harness.verify.modelkey import url_credentials, without_url_credentials
+
+    call = "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+    assert without_url_credentials(call) == (call, [])
+    assert without_url_credentials(call + "?alt=sse") == (call + "?alt=sse", [])
+    assert without_url_credentials(call + "?key=SECRET") == (call, ["key"])
+    assert without_url_credentials(call + "?alt=sse&key=S&x=%20a+b") == (
+        call + "?alt=sse&x=%20a+b",
+        ["key"],
+    )
+    assert without_url_credentials(call + "?k%65y=S&key&alt=sse") == (
+        call + "?alt=sse",
+        ["key", "key"],
+    )
+    assert without_url_credentials(call + "?ke+y=S") == (call + "?ke+y=S", [])  # "ke y"
+    assert without_url_credentials(call + "?keys=1&akey=2") == (call + "?keys=1&akey=2", [])
+    assert without_url_credentials(call + "?") == (call + "?", [])
+    assert url_credentials(call) == [] and url_credentials(call + "?") == []
+    assert url_credentials(call + "?alt=sse&key=1&k%65y=2") == ["key", "key"]
+    assert url_credentials(call + "?keys=1&ke+y=2") == []
