@@ -28,10 +28,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 from urllib.parse import urlsplit
 
+from harness.verify.modelkey import FAMILIES, Family
+
 from .planfields import ENV_NAME_RE, PlanError, _join, _kind, _str, _table
+from .proxy.upstream import forwarded_prefix
 
 __all__ = [
     "BUILTIN_ROUTES",
@@ -48,12 +51,6 @@ __all__ = [
     "task_routes",
 ]
 
-Family = Literal["anthropic", "openai", "google"]
-FAMILIES: Final[tuple[Family, ...]] = ("anthropic", "openai", "google")
-DEFAULT_PREFIX: Final[Mapping[Family, str]] = {
-    "anthropic": "/v1/", "openai": "/v1/", "google": "/v1beta/",
-}  # fmt: skip
-"""A base without a path: the family's API version (the proxy's ``upstream.DEFAULT_PREFIX``)."""
 ROUTE_RE: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 PLACEHOLDER_KEY: Final = "harness-proxy"
@@ -74,7 +71,7 @@ class ModelRoute:
     """The operator's environment variable holding the key (None: no credential)."""
     path_prefix: str | None = None
     """Forwarded paths must start with it (None: the base's path + ``/``, else the family's
-    ``DEFAULT_PREFIX``: ``/v1/``, Google's ``/v1beta/``)."""
+    API version, ``/v1/`` or Google's ``/v1beta/``: ``proxy.upstream.forwarded_prefix``)."""
 
     @property
     def host(self) -> str:
@@ -91,9 +88,7 @@ class ModelRoute:
 
     @property
     def prefix(self) -> str:
-        if self.path_prefix is not None:
-            return self.path_prefix
-        return self.base_path + "/" if self.base_path else DEFAULT_PREFIX[self.family]
+        return forwarded_prefix(self.family, self.base, self.path_prefix)
 
 
 BUILTIN_ROUTES: Final[Mapping[str, ModelRoute]] = {

@@ -16,6 +16,7 @@ from typing import Any, Final
 from .canonical import check_json_types
 from .errors import CanonicalEncodingError
 from .fsm import TaskState
+from .modelkey import APIS, FAMILIES
 
 TIME_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
@@ -182,15 +183,8 @@ def _opt_nat(value: Any) -> str | None:
 
 EXCHANGE_OUTCOMES: Final = ("answered", "refused", "replay-miss", "error")
 """``model.exchange.outcome``: what the proxy did with one request (docs/spec/proxy.md §7)."""
-MODEL_FAMILIES: Final = ("anthropic", "openai", "google")
-MODEL_APIS: Final = (
-    "anthropic-messages",
-    "openai-chat",
-    "openai-responses",
-    "google-generate",
-    "google-stream",
-    "other",
-)
+MODEL_FAMILIES: Final = FAMILIES
+MODEL_APIS: Final = APIS
 MODEL_SOURCES: Final = ("live", "journal", "live-miss")
 """``model.source.source``: where an answered exchange's answer came from."""
 USAGE_MEMBERS: Final = ("cache_read", "cache_write", "input_tokens", "output_tokens")

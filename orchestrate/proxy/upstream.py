@@ -31,6 +31,17 @@ DEFAULT_PREFIX: Final[dict[Family, str]] = {
 """The path prefix of an upstream whose base has no path: the family's API version (the
 Gemini API's SDK default is ``v1beta``)."""
 
+
+def forwarded_prefix(family: Family, base: str, path_prefix: str | None) -> str:
+    """The path prefix every forwarded path must start with: ``path_prefix`` when given, else
+    the base's path + ``/``, else the family's ``DEFAULT_PREFIX`` (one rule for the plan's
+    routes and the proxy's upstreams)."""
+    if path_prefix is not None:
+        return path_prefix
+    base_path = urlsplit(base).path.rstrip("/")
+    return (base_path + "/") if base_path else DEFAULT_PREFIX[family]
+
+
 _ROUTE: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
 # Request headers that carry a credential: always dropped from what the agent sends.
@@ -109,10 +120,8 @@ class Upstream:
 
     @property
     def prefix(self) -> str:
-        """The path prefix every forwarded path must start with."""
-        if self.path_prefix is not None:
-            return self.path_prefix
-        return (self.base_path + "/") if self.base_path else DEFAULT_PREFIX[self.family]
+        """The path prefix every forwarded path must start with (``forwarded_prefix``)."""
+        return forwarded_prefix(self.family, self.base, self.path_prefix)
 
     def describe(self) -> dict[str, object]:
         """The recordable allow-list entry (never the credential)."""
