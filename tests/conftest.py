@@ -98,6 +98,17 @@ def _private_xdg(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     _use_xdg(monkeypatch, tmp_path_factory.mktemp("xdg"))
 
 
+@pytest.fixture
+def fake() -> Iterator[Any]:
+    """The fake model server on 127.0.0.1 (tests/fake_model_server.py), one per test: the
+    proxy tests' upstream."""
+    from .fake_model_server import FakeModelServer
+
+    server = FakeModelServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def retried(
     tmp_path_factory: pytest.TempPathFactory,

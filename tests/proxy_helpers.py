@@ -4,11 +4,32 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.orchestrate.proxy import AllowList, Limits, ProxyServer, Upstream
 from harness.orchestrate.replay import Journal
+
+FAKE_CLI = Path(__file__).resolve().parent / "fake_agent_cli.py"
+"""The fake agent CLI (stdlib only): installed under a real CLI's name, it speaks that
+adapter's output format and calls its model through the base-URL variables."""
+
+
+def install_fake_cli(folder: Path, names: Sequence[str], monkeypatch: Any) -> Path:
+    """Executables ``names`` in the new folder ``folder`` running the fake CLI with this
+    Python, and the folder first on ``PATH`` (``monkeypatch``: pytest's)."""
+    folder.mkdir()
+    source = FAKE_CLI.read_text(encoding="utf-8")
+    for name in names:
+        path = folder / name
+        path.write_text(f"#!{os.path.abspath(sys.executable)}\n{source}", encoding="utf-8")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    return folder
+
 
 ANT_KEY = "sk-ant-proxy-secret"
 OAI_KEY = "sk-oai-proxy-secret"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +29,6 @@ USAGE = {
     ("responses", False): Usage(None, 5, 1, None),
     ("responses", True): Usage(None, 5, 1, None),
 }
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
 
 
 def _direct(fake: FakeModelServer, shape: str, stream: bool) -> bytes:

@@ -11,7 +11,6 @@ import json
 import select
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,6 @@ from harness.orchestrate.replay import Journal
 
 from .fake_model_server import FakeModelServer
 from .proxy_helpers import SHAPES, body_of, call, make_proxy
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
 
 
 def _raw(port: int, data: bytes, timeout: float = 10) -> bytes:

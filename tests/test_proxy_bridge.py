@@ -42,13 +42,6 @@ needs_bwrap = pytest.mark.skipif(
 PY = sys.executable
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
-
-
 def _unix_proxy(base: str, tmp: Path, sock: Path) -> ProxyServer:
     return ProxyServer(allow_list(base), Journal(tmp / "j", "live"), unix_path=sock).start()
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +36,6 @@ BODY: dict[str, Any] = {
 }
 GENERATE = "/google/v1beta/models/gemini-x:generateContent"
 STREAM = "/google/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
 
 
 def google_proxy(

@@ -31,11 +31,11 @@ from harness.verify.fsm import TaskState
 from . import test_executor_ray, test_proxy_run
 from .evidence_helpers import make_keys
 from .fake_model_server import FakeModelServer
+from .proxy_helpers import FAKE_CLI
 from .test_executor_ray import Cluster
 from .test_proxy_run import (
     ANT_KEY,
     BWRAP,
-    FAKE_CLI,
     UNSANDBOXED_MATRIX,
     _fresh,
     _kinds,
@@ -47,7 +47,6 @@ from .test_proxy_run import (
 
 MARK = "AGENT-JSON "
 cluster = test_executor_ray.cluster  # the fixtures, by assignment (not redefined)
-fake = test_proxy_run.fake
 cli_path = test_proxy_run.cli_path
 
 

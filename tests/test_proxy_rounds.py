@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,32 +35,19 @@ from harness.verify.policy import TrustPolicy
 
 from .evidence_helpers import make_keys
 from .fake_model_server import FakeModelServer
+from .proxy_helpers import install_fake_cli
 from .test_proxy_run import UNSANDBOXED_MATRIX
 
 DATE = "2026-01-01T00:00:00+00:00"
 ANT_KEY = "sk-ant-operator-secret-r3"
-FAKE_CLI = Path(__file__).resolve().parent / "fake_agent_cli.py"
 BWRAP = probe("bwrap")
 ROLES = ("manager", "executor", "auditor")
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def cli_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A PATH folder with the fake ``claude``, first on PATH; the operator's key set."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    path = folder / "claude"
-    source = FAKE_CLI.read_text(encoding="utf-8")
-    path.write_text(f"#!{os.path.abspath(sys.executable)}\n{source}", encoding="utf-8")
-    path.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    folder = install_fake_cli(tmp_path / "bin", ("claude",), monkeypatch)
     monkeypatch.setenv("R3_ANT_KEY", ANT_KEY)
     return folder
 

@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +39,11 @@ from harness.verify.policy import TrustPolicy
 
 from .evidence_helpers import make_keys
 from .fake_model_server import FakeModelServer
+from .proxy_helpers import install_fake_cli
 
 DATE = "2026-01-01T00:00:00+00:00"
 ANT_KEY = "sk-ant-operator-secret-r2"
 OAI_KEY = "sk-oai-operator-secret-r2"
-FAKE_CLI = Path(__file__).resolve().parent / "fake_agent_cli.py"
 # Unsandboxed (kind none) lowers no risk: the test matrix gives the fake CLIs two tags only.
 UNSANDBOXED_MATRIX = dataclasses.replace(
     DEFAULT_MATRIX,
@@ -58,24 +57,10 @@ BWRAP = probe("bwrap")
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def cli_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A PATH folder with executables ``claude`` and ``codex`` (the fake CLI), first on
     PATH; the operator's keys in the runtime's environment."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    source = FAKE_CLI.read_text(encoding="utf-8")
-    for name in ("claude", "codex"):
-        path = folder / name
-        path.write_text(f"#!{os.path.abspath(sys.executable)}\n{source}", encoding="utf-8")
-        path.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    folder = install_fake_cli(tmp_path / "bin", ("claude", "codex"), monkeypatch)
     monkeypatch.setenv("R2_ANT_KEY", ANT_KEY)
     monkeypatch.setenv("R2_OAI_KEY", OAI_KEY)
     return folder

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +25,9 @@ from harness.verify.fsm import TaskState
 
 from .evidence_helpers import make_keys
 from .fake_model_server import FakeModelServer
+from .proxy_helpers import install_fake_cli
 from .test_proxy_run import (
     BWRAP,
-    FAKE_CLI,
     _copy_journal,
     _fresh,
     _kinds,
@@ -51,22 +49,9 @@ MATRIX = dataclasses.replace(
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeModelServer]:
-    server = FakeModelServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def gemini_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A PATH folder with the fake ``gemini`` first; the operator's Google keys set."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    path = folder / "gemini"
-    source = FAKE_CLI.read_text(encoding="utf-8")
-    path.write_text(f"#!{os.path.abspath(sys.executable)}\n{source}", encoding="utf-8")
-    path.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    folder = install_fake_cli(tmp_path / "bin", ("gemini",), monkeypatch)
     monkeypatch.setenv("GEMINI_API_KEY", GEMINI_KEY)
     monkeypatch.setenv("GOOGLE_API_KEY", GOOGLE_KEY)
     return folder
