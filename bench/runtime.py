@@ -29,6 +29,7 @@ from harness.orchestrate.clock import LogicalClock
 from harness.orchestrate.demo import make_repo
 from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.runtime import Runtime
+from harness.orchestrate.sandbox import Settings, probe
 from harness.receipts import store as store_module
 from harness.receipts.keys import OperatorKeys
 from harness.verify.fsm import TaskState
@@ -59,14 +60,16 @@ def evidence_cost(tasks: int) -> dict[str, float]:
         DEFAULT_MATRIX, adapters={**DEFAULT_MATRIX.adapters, "noop": NO_TAGS}
     )
     keys = OperatorKeys(Ed25519PrivateKey.from_private_bytes(b"\x06" * 32), bytes(range(32)))
+    # The agent is ``true``: sandboxed where bubblewrap exists, else explicitly opted out.
+    sandbox = Settings(opt_out=not probe("bwrap").available)
     spent = {"cpu": 0.0, "records": 0}
     original = store_module.StoreWriter.append_many
 
-    def timed(self, items):  # type: ignore[no-untyped-def]
+    def timed(self, items, **options):  # type: ignore[no-untyped-def]
         batch = list(items)
         start = time.process_time()
         try:
-            return original(self, batch)
+            return original(self, batch, **options)
         finally:
             spent["cpu"] += time.process_time() - start
             spent["records"] += len(batch)
@@ -80,6 +83,7 @@ def evidence_cost(tasks: int) -> dict[str, float]:
             summary = Runtime(
                 repo=repo, plan=parse_plan(_plan(tasks)), state_dir=repo / ".harness",
                 keys=keys, run_id="bench", clock=LogicalClock(), capabilities=matrix,
+                sandbox=sandbox,
             ).run()  # fmt: skip
             wall = time.perf_counter() - wall
     finally:
@@ -88,6 +92,7 @@ def evidence_cost(tasks: int) -> dict[str, float]:
     return {
         "tasks": tasks,
         "tasks_done": done,
+        "sandboxed": not sandbox.opt_out,
         "batches": summary.batches,
         "events": spent["records"],
         "evidence_cpu_us_per_event": spent["cpu"] / max(spent["records"], 1) * 1e6,
