@@ -18,7 +18,6 @@ bundles), never hand-written record JSON, so these tests follow format changes.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,7 +145,7 @@ def _fold(records: list[Record]) -> None:
 
 
 def _with_body(record: Record, **changes: Any) -> Record:
-    return dataclasses.replace(record, body={**record.body, **changes})
+    return record._replace(body={**record.body, **changes})
 
 
 def test_task_denied_after_its_spawn_breaks_semantics(demo: DemoResult) -> None:

@@ -27,11 +27,12 @@ last step that asks whether the policy pins that key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Final
@@ -52,11 +53,9 @@ from .bundleruns import (
     small_member,
     store_checkpoints,
 )
-from .chain import MacChain, derive_store_key
 from .controlcheck import ControlCheck
 from .errors import (
     CheckpointError,
-    MacMismatchError,
     SchemaError,
     VerificationError,
 )
@@ -82,7 +81,7 @@ from .manifest import Manifest
 from .policy import EMPTY_POLICY, TrustPolicy
 from .policycheck import listed_plan_member
 from .progress import ProgressSink
-from .records import STORES, Record, split_mac
+from .records import STORES, Record
 from .report import (
     CHECK_HINTS,
     CHECK_ORDER,
@@ -99,11 +98,8 @@ from .report import (
 from .runreceipts import check_run_receipts
 from .sealing import unsealed_detail
 from .semantics import run_semantics
-from .storecheck import (
-    StoreResult,
-    iter_store_lines,
-    verify_store,
-)
+from .storecheck import StoreResult, verify_store_stream
+from .storepool import MIN_PARALLEL_BYTES, ChunkPool, usable_cores
 from .version import verifier_version
 
 VERIFY_ORDER: Final = FOLD_ORDER
@@ -135,9 +131,11 @@ def verify_bundle(
     limits: Limits | None = None,
     progress: Progress | None = None,
     display_name: str | None = None,
+    jobs: int | None = 1,
 ) -> Report:
     """Run every check on a bundle (a path, a readable stream or its bytes); never raises for
-    bad input, returns the Report."""
+    bad input, returns the Report. ``jobs``: processes checking store records (None: one per
+    usable core when the input is large; see ``verify_bundle_contents``)."""
     return verify_bundle_contents(
         source,
         pins=pins,
@@ -145,6 +143,7 @@ def verify_bundle(
         limits=limits,
         progress=progress,
         display_name=display_name,
+        jobs=jobs,
     ).report
 
 
@@ -157,11 +156,16 @@ def verify_bundle_contents(
     limits: Limits | None = None,
     progress: Progress | None = None,
     display_name: str | None = None,
+    jobs: int | None = 1,
 ) -> VerifiedBundle:
     """``verify_bundle``, also returning the bytes of every member ``keep(name)`` selects.
 
     For callers that act on a bundle's content (the merge gate): they read the input once and
     use exactly the bytes that were verified.
+
+    ``jobs`` > 1 checks store records in that many worker processes (``storepool``), ``None``
+    in one per usable core when the input is at least ``MIN_PARALLEL_BYTES`` (or of unknown
+    size); 1 checks them here. The report is the same either way.
     """
     if display_name is None:
         display_name = str(source) if isinstance(source, Path) else "<stream>"
@@ -172,15 +176,17 @@ def verify_bundle_contents(
     except ArchiveError as exc:
         run.fail("archive", exc, Status.UNREADABLE)
     else:
-        if progress is not None:
-            progress.begin(_input_size(stream), stream.tell)
-        try:
-            run.read_all(stream)
-        except ArchiveError as exc:
-            run.fail("archive", exc, Status.UNREADABLE)
-        finally:
-            if owned:
-                stream.close()
+        size = _input_size(stream)
+        with _chunk_pool(jobs, size) as run.pool:  # forked before the progress thread starts
+            if progress is not None:
+                progress.begin(size, stream.tell)
+            try:
+                run.read_all(stream)
+            except ArchiveError as exc:
+                run.fail("archive", exc, Status.UNREADABLE)
+            finally:
+                if owned:
+                    stream.close()
     if progress is not None:
         progress.step("trust")
     run.conclude(pins)
@@ -233,6 +239,8 @@ class _Pass:
         """Bytes of each run's round text members so far (capped: ROUND_TEXTS_MAX_BYTES)."""
         self.journal = JournalCheck()
         """Journal blobs the runs' journaled exchanges name (the members come after them)."""
+        self.pool: ChunkPool | None = None
+        """Worker processes checking store records (None: checked in this process)."""
 
     # ---- failures -----------------------------------------------------------------------------
     def fail(
@@ -436,15 +444,18 @@ class _Pass:
             if store == "lineage" and "audit" not in run.results:
                 raise SchemaError(f"{name}: the audit store must be verified first")
             merged = run.results["audit"].merges.merged_tasks() if store == "lineage" else None
-            result = verify_store(
-                iter_store_lines(stream, name),
+            result = verify_store_stream(
+                stream,
                 member=name,
                 store=store,
                 run_id=run.claim.run,
                 checkpoints=checkpoints,
+                hmac_master=self.hmac_master,
+                defer_mac=True,
                 progress=self._records_progress(name, run.claim.stores[store].records),
                 merged_tasks=merged,
                 on_record=self._folder(run, store, name),
+                pool=self.pool,
             )
             compare_claim(run, store, result)
         except ArchiveError:
@@ -462,6 +473,9 @@ class _Pass:
             self.fail(problem.check, problem.error, problem.status)
             return
         assert result is not None
+        if result.mac_error is not None:
+            self.fail("hmac-chain", result.mac_error)
+        self.counts["hmac"] += result.macs
         run.results[store] = result
         self.results.append(result)
         self.counts["checkpoints"] += len(run.checkpoints[store])
@@ -484,56 +498,40 @@ class _Pass:
         sink.step("records", member, 0, total)
         return lambda done: sink.step("records", member, done, total)
 
-    def _folder(self, run: RunState, store: str, member: str) -> Callable[[Record, bytes], None]:
-        """Per record: the HMAC chain (with the key) and the semantics fold, errors deferred
-        to their own checks (later in CHECK_ORDER than the records check running now)."""
-        chain = (
-            MacChain(derive_store_key(self.hmac_master, store, run.claim.run))
-            if self.hmac_master is not None
-            else None
-        )
+    def _folder(
+        self, run: RunState, store: str, member: str
+    ) -> Callable[[Record, bytes], None] | None:
+        """Per record: the semantics fold (None when it has nothing to check in this store),
+        its error deferred to its own check (later in CHECK_ORDER than the records check
+        running now). The HMAC chain is checked with the records (``defer_mac``)."""
         if store == "audit":
             run.semantics = run_semantics(
                 run.claim.run, run.small.get(plan_member(run.claim.run)), run.small
             )
         semantics = run.semantics if store in STORES else None
-        counts = self.counts
+        if semantics is None or (store == "lineage" and not semantics.declared):
+            return None  # as check_run_semantics: no tasks, no lineage pass
 
         def fold(record: Record, line: bytes) -> None:
-            nonlocal chain, semantics
+            nonlocal semantics
+            if semantics is None:
+                return
             seq = record.seq
-            if chain is not None:
-                mac, covered = split_mac(line)
-                try:
-                    chain.check_next(covered, mac)
-                    counts["hmac"] += 1
-                except MacMismatchError as exc:
-                    chain = None
-                    self.fail(
-                        "hmac-chain",
-                        MacMismatchError(
-                            f"{member} line {seq + 1} (seq {seq}): {exc}",
-                            member=member,
-                            line=seq + 1,
-                            seq=seq,
-                        ),
-                    )
-            if semantics is not None:
-                where = f"{member} line {seq + 1} (seq {seq})"
-                try:
-                    if store == "audit":
-                        semantics.audit(record, where)
-                    elif store == "control":
-                        semantics.control(record, where)
-                    elif store == "events":
-                        semantics.events(record, where)
-                    elif store == "replay":
-                        semantics.replay(record, where)
-                    elif semantics.declared:  # as check_run_semantics: no tasks, no lineage pass
-                        semantics.lineage(record, where)
-                except VerificationError as exc:
-                    semantics = run.semantics = None
-                    self.fail("semantics", exc)
+            where = f"{member} line {seq + 1} (seq {seq})"
+            try:
+                if store == "audit":
+                    semantics.audit(record, where)
+                elif store == "control":
+                    semantics.control(record, where)
+                elif store == "events":
+                    semantics.events(record, where)
+                elif store == "replay":
+                    semantics.replay(record, where)
+                else:
+                    semantics.lineage(record, where)
+            except VerificationError as exc:
+                semantics = run.semantics = None
+                self.fail("semantics", exc)
 
         return fold
 
@@ -709,6 +707,19 @@ class _Pass:
             )
             for r in ordered
         ]
+
+
+@contextlib.contextmanager
+def _chunk_pool(jobs: int | None, size: int | None) -> Iterator[ChunkPool | None]:
+    """The worker pool for this verification, or None (records checked in-process)."""
+    if jobs is None:
+        jobs = usable_cores() if size is None or size >= MIN_PARALLEL_BYTES else 1
+    pool = ChunkPool.start(jobs)
+    if pool is None:
+        yield None
+        return
+    with pool:
+        yield pool
 
 
 def _input_size(stream: IO[bytes]) -> int | None:

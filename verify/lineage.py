@@ -30,6 +30,45 @@ class FinalArtifact:
     """Git file mode of the write ("100644", "100755", "120000", "160000")."""
 
 
+Write = tuple[int, str, str, str, int, "str | None", str]
+"""A write as folded: (seq, sha256, actor, task, step, model, mode)."""
+
+
+class ArtifactFold:
+    """What a run of lineage records does to the final artifacts, for joining in order.
+
+    Per path: its last write (None when its last operation is a delete) and how many writes it
+    had. ``FinalArtifacts.join`` applies one after another: a store checked in chunks (other
+    processes fold theirs) reaches exactly the state of ``FinalArtifacts.apply`` record by
+    record, because a path's final artifact depends only on its last operation and its count.
+    """
+
+    __slots__ = ("latest", "merged", "writes")
+
+    def __init__(self, merged_tasks: frozenset[str] | None = None) -> None:
+        self.latest: dict[str, Write | None] = {}
+        self.writes: dict[str, int] = {}
+        self.merged = merged_tasks
+
+    def apply(self, kind: str, seq: int, body: Mapping[str, Any]) -> None:
+        if self.merged is not None and body.get("task") not in self.merged:
+            return
+        if kind == "artifact.write":
+            path = body["path"]
+            self.writes[path] = self.writes.get(path, 0) + 1
+            self.latest[path] = (
+                seq,
+                body["sha256"],
+                body["actor"],
+                body["task"],
+                body["step"],
+                body["model"],
+                body["mode"],
+            )
+        elif kind == "artifact.delete":
+            self.latest[body["path"]] = None
+
+
 class FinalArtifacts:
     """Folds lineage records, in order, into the final artifact per path.
 
@@ -41,6 +80,10 @@ class FinalArtifacts:
         self._latest: dict[str, FinalArtifact] = {}
         self._writes: dict[str, int] = {}
         self._merged = merged_tasks
+
+    @property
+    def merged_tasks(self) -> frozenset[str] | None:
+        return self._merged
 
     def apply(self, kind: str, seq: int, body: Mapping[str, Any]) -> None:
         if self._merged is not None and body.get("task") not in self._merged:
@@ -62,6 +105,20 @@ class FinalArtifacts:
             )
         elif kind == "artifact.delete":
             self._latest.pop(body["path"], None)
+
+    def join(self, fold: ArtifactFold) -> None:
+        """Apply the records ``fold`` summarizes (the ones right after those applied so far)."""
+        counts = self._writes
+        for path, writes in fold.writes.items():
+            counts[path] = counts.get(path, 0) + writes
+        for path, last in fold.latest.items():
+            if last is None:
+                self._latest.pop(path, None)
+                continue
+            seq, sha256, actor, task, step, model, mode = last
+            self._latest[path] = FinalArtifact(
+                path, seq, sha256, actor, task, step, model, counts[path], mode
+            )
 
     def current(self, path: str) -> FinalArtifact | None:
         """The final artifact of ``path`` so far (None if none, or deleted)."""

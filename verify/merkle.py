@@ -40,7 +40,9 @@ __all__ = [
     "CompactRange",
     "leaf_hash",
     "node_hash",
+    "prefix_subtrees",
     "root_from_inclusion_proof",
+    "subtree_levels",
     "verify_consistency",
     "verify_inclusion",
 ]
@@ -352,6 +354,34 @@ class CompactRange:
         self._size += 1
         self._root = None
 
+    def append_subtree(self, height: int, root: bytes) -> None:
+        """Append the root of a perfect subtree of ``2**height`` leaves.
+
+        Only an aligned subtree can join a range: the size must be a multiple of
+        ``2**height`` (RFC 6962's perfect subtrees start at multiples of their own size).
+        This is how chunks hashed apart (in other processes) join one running root: appending
+        the subtrees of ``prefix_subtrees`` gives the state ``append`` would reach leaf by leaf.
+        """
+        if isinstance(height, bool) or not isinstance(height, int) or not 0 <= height < 64:
+            raise ValueError(f"height {height!r} is not an int in 0..63")
+        if self._size & ((1 << height) - 1):
+            raise ValueError(f"size {self._size} is not a multiple of 2**{height}")
+        peaks = self._peaks
+        peaks.append(_builder_leaf_hash(root))
+        n = self._size >> height
+        while n & 1:
+            right = peaks.pop()
+            peaks[-1] = node_hash(peaks[-1], right)
+            n >>= 1
+        self._size += 1 << height
+        self._root = None
+
+    def copy(self) -> CompactRange:
+        """An independent range in the same state (to read a root a few leaves ahead)."""
+        cr = CompactRange.__new__(CompactRange)
+        cr._size, cr._peaks, cr._root = self._size, list(self._peaks), self._root
+        return cr
+
     def extend(self, leaf_hashes: Iterable[bytes]) -> None:
         """Append each leaf hash in order."""
         for h in leaf_hashes:
@@ -368,3 +398,32 @@ class CompactRange:
                 res = node_hash(peak, res)
             self._root = res
         return self._root
+
+
+def subtree_levels(leaves: list[bytes]) -> list[list[bytes]]:
+    """``levels[h][i]``: the root of the perfect subtree over ``leaves[i*2**h:(i+1)*2**h]``.
+
+    Level by level, complete pairs only (a trailing odd node stays unpaired): one node hash per
+    interior node, each level one list comprehension. With the leaves of a chunk that starts
+    at a multiple of a power of two at least their count, these are nodes of the whole tree.
+    """
+    sha256, prefix = hashlib.sha256, _NODE_PREFIX
+    levels = [leaves]
+    row = leaves
+    while len(row) > 1:
+        row = [sha256(prefix + row[i] + row[i + 1]).digest() for i in range(0, len(row) - 1, 2)]
+        levels.append(row)
+    return levels
+
+
+def prefix_subtrees(levels: Sequence[Sequence[bytes]], count: int) -> list[tuple[int, bytes]]:
+    """The perfect subtrees covering leaves ``[0, count)`` of ``levels``, largest first, as
+    ``(height, root)``: one per 1-bit of ``count`` (what ``CompactRange.append_subtree``
+    takes, in this order)."""
+    out: list[tuple[int, bytes]] = []
+    position = 0
+    for height in range(count.bit_length() - 1, -1, -1):
+        if count >> height & 1:
+            out.append((height, levels[height][position >> height]))
+            position += 1 << height
+    return out

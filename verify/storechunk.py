@@ -1,0 +1,253 @@
+"""The checks of one chunk of a store, independent of every other chunk.
+
+Why chunks: a store's per-record checks (canonical form, schema, ``seq``, time order, the
+record's leaf hash and its HMAC) need nothing from the records before it except two values
+the previous line itself states: its time and its MAC. The Merkle tree is made of perfect
+subtrees that start at multiples of their own size. So a store cut into chunks that start at
+such multiples can be checked chunk by chunk in any process, and the in-order reader
+(``storecheck``) joins the verdicts: it checks the two boundary facts, appends each chunk's
+subtrees to the running root, and folds the records into the later checks. The verdict says
+exactly where the first failure is, so the joined result is the one a single pass over the
+records gives, failure for failure (docs/spec/performance.md; tests hold both to the same
+reports).
+
+A chunk holds at most ``MAX_CHUNK_RECORDS`` records (a power of two) and starts at a multiple
+of its capacity; ``chunk_capacity`` decides it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .canonical import canonical_bytes
+from .errors import ChainError, VerificationError
+from .lineage import ArtifactFold, Write
+from .merkle import prefix_subtrees, subtree_levels
+from .records import (
+    CAPTURED,
+    canonical_line_match,
+    json_string,
+    matched_kind,
+    parse_record_line,
+    split_mac,
+)
+
+MAX_CHUNK_RECORDS: Final = 2048
+"""Records per chunk at most (a power of two): large enough that a chunk's fixed costs
+(a task's transfer, a verdict) vanish per record, small enough to keep memory flat."""
+MAX_CHUNK_BYTES: Final = 1 << 20
+"""A chunk is cut smaller (to a smaller power of two) rather than exceed this many bytes,
+unless one record alone is larger."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTask:
+    """What a chunk check needs: the lines, where they start, and the store they belong to.
+
+    ``mac_key`` is the store's derived HMAC key (never the master key), ``prev_mac`` the MAC
+    the record before ``start`` states (32 zero bytes before the first record; None when that
+    line states none, which only happens when that record fails its own checks first).
+    ``cuts`` are the checkpoint sizes in ``(start, start + len(lines)]``. ``artifacts``: fold
+    the lineage records into an ``ArtifactFold`` (value: the merged tasks, as
+    ``FinalArtifacts`` takes them) instead of leaving them to the reader.
+    """
+
+    store: str
+    run_id: str
+    start: int
+    lines: list[bytes]
+    mac_key: bytes | None = None
+    prev_mac: bytes | None = None
+    cuts: tuple[int, ...] = ()
+    artifacts: tuple[frozenset[str] | None] | None = None
+
+
+@dataclass(slots=True)
+class ChunkVerdict:
+    """The chunk's facts, for the in-order join.
+
+    Records ``start .. start + checked - 1`` passed their own checks (within the chunk: time
+    order from its second record on); ``error`` is the first failure, at ``start + checked``:
+    the exception's class, its message and the record's ``seq`` when it was read.
+    """
+
+    checked: int = 0
+    error: tuple[type[VerificationError], str, int | None] | None = None
+    first_time: str = ""
+    last_time: str = ""
+    kinds: Counter[str] = field(default_factory=Counter)
+    subtrees: list[tuple[int, bytes]] = field(default_factory=list)
+    """Perfect subtrees covering the checked records, largest first."""
+    cut_subtrees: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    """For each cut within the checked records: the subtrees covering ``[start, cut)``."""
+    mac_mismatch: int | None = None
+    """Offset of the first checked record whose MAC does not chain (None: all chain)."""
+    artifacts: ArtifactFold | None = None
+    """The checked records' effect on the final artifacts, when the task asked for it."""
+
+
+def chunk_capacity(start: int) -> int:
+    """The most records a chunk starting at ``start`` may hold: the largest power of two up to
+    ``MAX_CHUNK_RECORDS`` that divides ``start``, so its records form aligned subtrees."""
+    capacity = MAX_CHUNK_RECORDS
+    while start % capacity:
+        capacity >>= 1
+    return capacity
+
+
+def check_chunk(task: ChunkTask) -> ChunkVerdict:
+    """Check every record of one chunk, in order, up to the first failure."""
+    verdict = ChunkVerdict()
+    store, run_id, start = task.store, task.run_id, task.start
+    leaves: list[bytes] = []
+    add_leaf = leaves.append
+    kinds = verdict.kinds
+    sha256 = hashlib.sha256
+    last_time = ""
+    fold = _ArtifactsSeen(task.artifacts[0]) if task.artifacts else None
+    for offset, line in enumerate(task.lines):
+        seq = -1
+        try:
+            match = canonical_line_match(line, store, run_id)
+            if match is not None:  # proven canonical and valid without decoding it
+                seq = int(match.group("seq"))
+                time = match.group("time").decode("ascii")
+                kind = matched_kind(line, match)
+            else:
+                record = parse_record_line(line, store, run_id)
+                seq, time, kind = record.seq, record.time, record.kind
+            if seq != start + offset:
+                raise ChainError(
+                    f"seq {seq} where {start + offset} was expected (record deleted, duplicated "
+                    "or reordered)"
+                )
+            if time < last_time:
+                raise ChainError(f"time {time} is earlier than the previous record")
+            last_time = time
+        except VerificationError as exc:
+            verdict.error = (type(exc), str(exc), seq if seq >= 0 else None)
+            break
+        if not offset:
+            verdict.first_time = time
+        add_leaf(sha256(b"\x00" + line).digest())
+        kinds[kind] += 1
+        if fold is not None and kind in _ARTIFACT_PREFIX:
+            if match is not None:
+                fold.matched(kind, seq, match)
+            else:
+                fold.decoded(kind, seq, record.body)
+    checked = verdict.checked = len(leaves)
+    if fold is not None:
+        verdict.artifacts = fold.summary()
+    if not checked:
+        return verdict
+    verdict.last_time = last_time
+    levels = subtree_levels(leaves)
+    verdict.subtrees = prefix_subtrees(levels, checked)
+    for cut in task.cuts:
+        if cut - start <= checked:
+            verdict.cut_subtrees[cut] = prefix_subtrees(levels, cut - start)
+    if task.mac_key is not None:
+        verdict.mac_mismatch = _first_mac_mismatch(task, checked)
+    return verdict
+
+
+_ARTIFACT_PREFIX: Final = CAPTURED["lineage"]
+
+
+class _ArtifactsSeen:
+    """A chunk's lineage writes and deletes, kept as the bytes the records spell.
+
+    A canonical line spells each string one way only, so a path's bytes are a faithful key;
+    only each path's last write is decoded, once, at the end (``summary``), instead of every
+    write's members.
+    """
+
+    __slots__ = ("last", "merged", "writes")
+
+    def __init__(self, merged_tasks: frozenset[str] | None) -> None:
+        self.merged = None if merged_tasks is None else {canonical_bytes(t) for t in merged_tasks}
+        self.last: dict[bytes, tuple[int, re.Match[bytes] | Mapping[str, Any]] | None] = {}
+        self.writes: dict[bytes, int] = {}
+
+    def matched(self, kind: str, seq: int, match: re.Match[bytes]) -> None:
+        prefix = _ARTIFACT_PREFIX[kind]
+        if self.merged is not None and match.group(prefix + "task") not in self.merged:
+            return
+        path = match.group(prefix + "path")
+        if kind == "artifact.write":
+            self.writes[path] = self.writes.get(path, 0) + 1
+            self.last[path] = (seq, match)
+        else:
+            self.last[path] = None
+
+    def decoded(self, kind: str, seq: int, body: Mapping[str, Any]) -> None:
+        if self.merged is not None and canonical_bytes(body["task"]) not in self.merged:
+            return
+        path = canonical_bytes(body["path"])
+        if kind == "artifact.write":
+            self.writes[path] = self.writes.get(path, 0) + 1
+            self.last[path] = (seq, body)
+        else:
+            self.last[path] = None
+
+    def summary(self) -> ArtifactFold:
+        fold = ArtifactFold()
+        for path, count in self.writes.items():
+            fold.writes[json_string(path)] = count
+        for path, last in self.last.items():
+            fold.latest[json_string(path)] = None if last is None else _write(*last)
+        return fold
+
+
+def _write(seq: int, source: re.Match[bytes] | Mapping[str, Any]) -> Write:
+    if isinstance(source, re.Match):
+        group = source.group
+        return (
+            seq,
+            json_string(group("w_sha256")),
+            json_string(group("w_actor")),
+            json_string(group("w_task")),
+            int(group("w_step")),
+            json_string(group("w_model")),
+            json_string(group("w_mode")),
+        )
+    body = source
+    return (
+        seq,
+        body["sha256"],
+        body["actor"],
+        body["task"],
+        body["step"],
+        body["model"],
+        body["mode"],
+    )
+
+
+def _first_mac_mismatch(task: ChunkTask, checked: int) -> int | None:
+    """Offset of the first of the checked records whose MAC does not chain, or None.
+
+    Each MAC covers the previous record's MAC and the record's bytes without its own
+    ``mac`` member (``split_mac``); a keyed HMAC state is copied per record, not re-keyed.
+    """
+    prev = task.prev_mac
+    if prev is None:
+        return 0
+    keyed = hmac.new(task.mac_key or b"", digestmod="sha256")
+    compare = hmac.compare_digest
+    for offset in range(checked):
+        claimed, covered = split_mac(task.lines[offset])
+        state = keyed.copy()
+        state.update(prev)
+        state.update(covered)
+        expected = state.digest()
+        if not compare(expected.hex(), claimed):
+            return offset
+        prev = expected
+    return None

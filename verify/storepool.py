@@ -1,0 +1,183 @@
+"""Worker processes that check store chunks while the verifier reads on (docs/spec/performance.md).
+
+Why processes: the per-record checks are Python work under one interpreter lock; a chunk's
+checks need nothing from other chunks (``storechunk``), so they spread over every core. The
+reader stays the only process that sees the archive, joins the verdicts strictly in chunk
+order and folds the records into the checks that need the whole history (``storecheck``).
+
+Choices, and why:
+
+* **fork**, started before any thread of ours exists (the progress ticker starts later): a
+  forked worker has every module already imported, so a pool costs milliseconds, not the
+  interpreter start-up that ``spawn``/``forkserver`` pay. Where fork is unavailable, or the
+  process already runs other threads (fork would copy their held locks), there is no pool and
+  chunks are checked in-process: same verdicts, one core.
+* Two queues shared by all workers: a free worker takes the next chunk (no straggler waits
+  for a busy one), and ``multiprocessing.Queue`` writes from a feeder thread, so neither side
+  ever blocks on a full pipe while the other waits for it.
+* A bounded window of chunks in flight (``2 * workers + 2``), so memory stays flat whatever
+  the store's size; verdicts that arrive early wait in a small dict for their turn.
+* A worker that dies or fails unexpectedly never hangs or changes a verdict: the reader
+  checks its chunks itself (``check_chunk`` is deterministic), so the outcome, and any
+  exception, is the one the in-process path gives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+from collections import deque
+from collections.abc import Iterator
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+from typing import Final
+
+from .errors import VerificationError
+from .storechunk import ChunkTask, ChunkVerdict, check_chunk
+
+POLL_SECONDS: Final = 0.5
+"""How often the reader, waiting for a verdict, checks that the workers are still alive."""
+MIN_PARALLEL_BYTES: Final = 4 << 20
+"""Inputs smaller than this are checked in-process: a pool would cost more than it saves."""
+
+_Result = tuple[int, ChunkVerdict | None]
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _work(
+    tasks: multiprocessing.Queue[tuple[int, ChunkTask] | None],
+    results: multiprocessing.Queue[_Result],
+) -> None:
+    """A worker's loop: check chunks until told to stop; ``None`` for a chunk it failed on.
+
+    Ctrl-C is the reader's to handle (it reaches the whole process group): a worker ignores it
+    and is stopped by the reader, or ends with it as a daemon.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while (item := tasks.get()) is not None:
+        tag, task = item
+        try:
+            verdict: ChunkVerdict | None = check_chunk(task)
+        except BaseException:  # the reader re-checks the chunk and meets the same failure
+            verdict = None
+        results.put((tag, verdict))
+
+
+class ChunkPool:
+    """Chunk checks in ``workers`` forked processes, verdicts handed back in chunk order.
+
+    Use as a context manager; call it (a ``storecheck.ChunkRunner``) once per store.
+    ``ChunkPool.start`` returns None where a pool cannot be used safely.
+    """
+
+    def __init__(self, workers: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self._tasks: multiprocessing.Queue[tuple[int, ChunkTask] | None] = context.Queue()
+        self._results: multiprocessing.Queue[_Result] = context.Queue()
+        self._processes: list[BaseProcess] = []
+        self._next_tag = 0
+        self._early: dict[int, ChunkVerdict | None] = {}
+        self.window = 2 * workers + 2
+        for _ in range(workers):
+            process = context.Process(
+                target=_work, args=(self._tasks, self._results), name="harness-verify-chunks"
+            )
+            process.daemon = True
+            process.start()
+            self._processes.append(process)
+        self.broken = False
+
+    @classmethod
+    def start(cls, workers: int) -> ChunkPool | None:
+        """A pool of ``workers`` processes, or None: fewer than 2 wanted, no fork here, or
+        other threads running (a fork would copy their locks, possibly held)."""
+        if workers < 2 or threading.active_count() > 1:
+            return None
+        if "fork" not in multiprocessing.get_all_start_methods():
+            return None
+        return cls(workers)
+
+    def __enter__(self) -> ChunkPool:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers (they finish the chunk in hand) and release the queues."""
+        for _ in self._processes:
+            with contextlib.suppress(Exception):
+                self._tasks.put(None)
+        for process in self._processes:
+            process.join(timeout=2)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self._processes.clear()
+        for channel in (self._tasks, self._results):
+            channel.close()
+            channel.cancel_join_thread()
+
+    def __call__(
+        self, tasks: Iterator[ChunkTask | VerificationError]
+    ) -> Iterator[tuple[ChunkTask, ChunkVerdict] | VerificationError]:
+        """Yield each task with its verdict in order; an error item passes through, last."""
+        self._early.clear()  # verdicts of an earlier store whose check stopped
+        pending: deque[tuple[int, ChunkTask]] = deque()
+        final: VerificationError | None = None
+        for task in tasks:
+            if isinstance(task, VerificationError):
+                final = task
+                break
+            if self.broken:
+                pending.append((-1, task))
+            else:
+                tag = self._next_tag
+                self._next_tag += 1
+                self._tasks.put((tag, task))
+                pending.append((tag, task))
+            while len(pending) >= self.window:
+                yield self._take(pending.popleft())
+        while pending:
+            yield self._take(pending.popleft())
+        if final is not None:
+            yield final
+
+    def _take(self, item: tuple[int, ChunkTask]) -> tuple[ChunkTask, ChunkVerdict]:
+        tag, task = item
+        verdict = self._wait(tag) if tag >= 0 else None
+        if verdict is None:  # no worker could check it: check it here, with the same outcome
+            verdict = check_chunk(task)
+        return task, verdict
+
+    def _wait(self, tag: int) -> ChunkVerdict | None:
+        """The verdict of chunk ``tag``; verdicts of later chunks are kept, of abandoned
+        earlier ones (a store whose check stopped) dropped."""
+        while tag not in self._early:
+            if self.broken:
+                return None
+            try:
+                got, verdict = self._results.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if not all(process.is_alive() for process in self._processes):
+                    self.broken = True
+                continue
+            if got >= tag:
+                self._early[got] = verdict
+        return self._early.pop(tag)
