@@ -93,6 +93,7 @@ __all__ = [
     "CosePayloadError",
     "CoseSignatureError",
     "InclusionReceipt",
+    "KnownRoot",
     "MalformedCoseError",
     "ReceiptError",
     "ReceiptProofError",
@@ -194,17 +195,56 @@ def _is_plain_key(key: object) -> bool:
 def _label_map(obj: object) -> object:
     """The header map whose labels ``_header_map`` checks (CoseHeaderError), if ``obj`` has one:
     a decoded protected header, or the unprotected header of a decoded COSE_Sign1."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):
         return obj
     if isinstance(obj, cbor2.CBORTag) and isinstance(obj.value, list) and len(obj.value) > 1:
         return obj.value[1]
     return None
 
 
+_LEAF_KINDS: Final = frozenset({int, bool, bytes, str, type(None)})
+"""Exact types of the items cbor2 decodes most (all are ``_PLAIN_TYPES``): tested first."""
+_KEY_KINDS: Final = frozenset({int, bytes, str})
+"""Exact types ``_is_plain_key`` accepts."""
+
+
 def _check_item_types(obj: object, what: str, depth: int = 0, labels: object = None) -> None:
     """Refuse anything but ints, strings, bools, null, arrays, maps and unknown tags, and map
     keys other than ints, byte strings and text strings (the header map ``labels`` excepted:
-    its labels are checked, more narrowly, by ``_header_map``)."""
+    its labels are checked, more narrowly, by ``_header_map``).
+
+    Every receipt goes through this walk three times, so the exact types cbor2 decodes to
+    (``list``, ``dict``, the leaf types) are tested by ``type()`` first and a leaf child is not
+    recursed into; the decision is the general walk's (``_check_other_item``), which still
+    handles every other type (subclasses, tuples and frozen maps used as keys, tags, floats).
+    """
+    kind = type(obj)
+    if kind in _LEAF_KINDS:
+        return
+    if kind is not list and kind is not dict:
+        _check_other_item(obj, what, depth, labels)
+        return
+    if depth > _MAX_DEPTH:  # unreachable: the decoder limits nesting; keeps this walk bounded
+        raise MalformedCoseError(f"{what}: CBOR nesting deeper than {_MAX_DEPTH}")
+    if kind is list:
+        for item in obj:  # type: ignore[attr-defined]
+            if type(item) not in _LEAF_KINDS:
+                _check_item_types(item, what, depth + 1, labels)
+    elif kind is dict:
+        for key, value in obj.items():  # type: ignore[attr-defined]
+            if type(key) not in _KEY_KINDS:
+                if obj is not labels:
+                    raise MalformedCoseError(
+                        f"{what}: map key {_show(key)} is not an integer, byte string or "
+                        "text string"
+                    )
+                _check_item_types(key, what, depth + 1, labels)
+            if type(value) not in _LEAF_KINDS:
+                _check_item_types(value, what, depth + 1, labels)
+
+
+def _check_other_item(obj: object, what: str, depth: int, labels: object) -> None:
+    """``_check_item_types`` for an item whose type is not one of the exact common ones."""
     if isinstance(obj, _PLAIN_TYPES):
         return
     if depth > _MAX_DEPTH:  # unreachable: the decoder limits nesting; keeps this walk bounded
@@ -629,8 +669,46 @@ def _decode_inclusion_proof(encoded: object) -> tuple[int, int, tuple[bytes, ...
     return tree_size, leaf_index, tuple(path)
 
 
+KnownRoot = tuple[int, int, bytes, tuple[bytes, ...], bytes]
+"""``(leaf_index, tree_size, leaf_hash, path, root)``: a root the caller itself obtained from
+``root_from_inclusion_proof(leaf_index, tree_size, leaf_hash, path)``."""
+
+
+def _known(
+    known_root: KnownRoot | None,
+    leaf_index: int,
+    tree_size: int,
+    leaf_hash: bytes,
+    path: tuple[bytes, ...],
+) -> bytes | None:
+    """The root of ``known_root`` if it was computed from exactly these inputs, else None.
+
+    The inputs are compared by exact type and value (ints that are not bools, ``bytes``), so a
+    hit is the same pure function applied to the same arguments: the same root.
+    """
+    if known_root is None:
+        return None
+    index, size, leaf, known_path, root = known_root
+    if not (
+        type(index) is int
+        and type(size) is int
+        and type(leaf) is bytes
+        and type(root) is bytes
+        and type(leaf_hash) is bytes
+        and all(type(h) is bytes for h in known_path)
+    ):
+        return None
+    if (index, size, leaf, known_path) != (leaf_index, tree_size, leaf_hash, path):
+        return None
+    return root
+
+
 def verify_inclusion_receipt(
-    receipt: bytes, public_key: Ed25519PublicKey | EllipticCurvePublicKey, leaf_hash: bytes
+    receipt: bytes,
+    public_key: Ed25519PublicKey | EllipticCurvePublicKey,
+    leaf_hash: bytes,
+    *,
+    known_root: KnownRoot | None = None,
 ) -> InclusionReceipt:
     """Verify an RFC 9942 RFC9162_SHA256 inclusion receipt for ``leaf_hash``.
 
@@ -639,6 +717,11 @@ def verify_inclusion_receipt(
     problems, :class:`ReceiptProofError` for a malformed proof, and the COSE errors of
     :func:`verify_sign1` otherwise (:class:`CoseSignatureError` when the root does not match
     what was signed).
+
+    ``known_root``: a root the caller already computed with ``root_from_inclusion_proof`` (an
+    artifact receipt checks the same proof in JSON first); used only when the receipt's proof
+    and ``leaf_hash`` are exactly its inputs, otherwise the root is recomputed. A caller must
+    pass only a root it computed itself: this saves the hashing, it does not check the proof.
     """
     sign1 = decode_sign1(receipt)
     if HEADER_VDS in sign1.unprotected:
@@ -672,10 +755,12 @@ def verify_inclusion_receipt(
     tree_size, leaf_index, path = _decode_inclusion_proof(proofs[0])
     if sign1.payload is not None:
         raise ReceiptError("COSE receipt payload must be nil (the root is the detached payload)")
-    try:
-        root = root_from_inclusion_proof(leaf_index, tree_size, leaf_hash, path)
-    except InclusionProofError as exc:
-        raise ReceiptProofError(f"COSE receipt inclusion proof: {exc}") from None
+    root = _known(known_root, leaf_index, tree_size, leaf_hash, path)
+    if root is None:
+        try:
+            root = root_from_inclusion_proof(leaf_index, tree_size, leaf_hash, path)
+        except InclusionProofError as exc:
+            raise ReceiptProofError(f"COSE receipt inclusion proof: {exc}") from None
     _verify_signature(
         sign1,
         public_key,

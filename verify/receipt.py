@@ -34,12 +34,12 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .canonical import parse_canonical
-from .checkpoint import parse_checkpoint
-from .cose import verify_inclusion_receipt
+from .checkpoint import Checkpoint, parse_checkpoint
+from .cose import KnownRoot, verify_inclusion_receipt
 from .errors import VerificationError
 from .keyids import key_id
-from .merkle import leaf_hash, verify_inclusion
-from .note import open_note_signed_once, parse_verifier_key
+from .merkle import leaf_hash, root_from_inclusion_proof, verify_inclusion
+from .note import VerifierKey, open_note_signed_once, parse_verifier_key
 from .records import HEX64_RE, RUN_ID_RE, Record, parse_record_line
 from .storecheck import checkpoint_origin
 
@@ -83,6 +83,56 @@ class VerifiedReceipt:
     checkpoint_note: bytes
 
 
+class ReceiptMemo:
+    """What the receipts of one run share, verified once: the signer's key and the checkpoint.
+
+    Every receipt of a bundle run carries the same sealing checkpoint note and the same signer
+    text, so opening the note (form, one Ed25519 signature) and parsing its checkpoint body
+    again for each receipt repeats identical work. An entry is keyed by the **exact** signer
+    text and the **exact** note bytes, and is stored only after the note opened and parsed
+    without error, so a note that differs in any byte (another signature, root, size or origin)
+    is opened from scratch and fails exactly as it would without the memo; failures are never
+    remembered. What ``verify_receipt`` checks *about* the checkpoint (origin, size, root
+    length) is still checked for every receipt. Create one per run (``check_run_receipts``
+    does); at most :data:`MAX_ENTRIES` notes are kept, so memory stays small whatever the input.
+    """
+
+    MAX_ENTRIES: Final = 16
+
+    def __init__(self) -> None:
+        self._checkpoints: dict[tuple[str, bytes], Checkpoint] = {}
+        self._keys: dict[str, tuple[Ed25519PublicKey, str]] = {}
+
+    def checkpoint(self, note_bytes: bytes, signer: str) -> Checkpoint:
+        """The checkpoint of a note signed exactly once by ``signer`` (see ``_open_checkpoint``)."""
+        slot = (signer, note_bytes)
+        found = self._checkpoints.get(slot)
+        if found is None:
+            found = _open_checkpoint(note_bytes, signer)
+            if len(self._checkpoints) < self.MAX_ENTRIES:
+                self._checkpoints[slot] = found
+        return found
+
+    def key(self, vkey: VerifierKey) -> tuple[Ed25519PublicKey, str]:
+        """The signer's public key object and key id (pure functions of the key bytes)."""
+        found = self._keys.get(vkey.text)
+        if found is None:
+            found = _key(vkey)
+            if len(self._keys) < self.MAX_ENTRIES:
+                self._keys[vkey.text] = found
+        return found
+
+
+def _open_checkpoint(note_bytes: bytes, signer: str) -> Checkpoint:
+    """Open the note with ``signer`` as the only key, exactly one signature; parse its body."""
+    note = open_note_signed_once(note_bytes, [signer])
+    return parse_checkpoint(note.text.encode("utf-8"))
+
+
+def _key(vkey: VerifierKey) -> tuple[Ed25519PublicKey, str]:
+    return Ed25519PublicKey.from_public_bytes(vkey.public_key), key_id(vkey.public_key)
+
+
 def _field(obj: dict[str, Any], name: str, kind: type) -> Any:
     value = obj[name]
     if type(value) is not kind:
@@ -113,11 +163,15 @@ def parse_receipt(data: bytes) -> dict[str, Any]:
     return obj
 
 
-def verify_receipt(data: bytes, *, signer: str | None = None) -> VerifiedReceipt:
+def verify_receipt(
+    data: bytes, *, signer: str | None = None, memo: ReceiptMemo | None = None
+) -> VerifiedReceipt:
     """Verify a receipt's internal bindings and signatures (not the artifact bytes, not trust).
 
     ``signer``: if given, the receipt must declare exactly this verifier key (bundle check);
     otherwise the receipt's own ``signer`` is used and the caller decides trust by key id.
+    ``memo``: shared by the receipts of one run, so their common checkpoint note is opened
+    once (:class:`ReceiptMemo`); the outcome and every error message are the same without it.
     """
     obj = parse_receipt(data)
     if signer is not None and obj["signer"] != signer:
@@ -129,8 +183,10 @@ def verify_receipt(data: bytes, *, signer: str | None = None) -> VerifiedReceipt
         raise ReceiptError(f"receipt signer: {exc}") from None
     note_bytes = obj["checkpoint"].encode("utf-8")
     try:
-        note = open_note_signed_once(note_bytes, [obj["signer"]])
-        checkpoint = parse_checkpoint(note.text.encode("utf-8"))
+        if memo is None:
+            checkpoint = _open_checkpoint(note_bytes, obj["signer"])
+        else:
+            checkpoint = memo.checkpoint(note_bytes, obj["signer"])
     except VerificationError as exc:
         raise ReceiptError(f"receipt checkpoint: {exc}") from None
     if checkpoint.origin != checkpoint_origin(run_id, "lineage"):
@@ -151,7 +207,14 @@ def verify_receipt(data: bytes, *, signer: str | None = None) -> VerifiedReceipt
     leaf = leaf_hash(line)
     path = [bytes.fromhex(h) for h in obj["audit_path"]]
     try:
-        verify_inclusion(obj["leaf_index"], obj["tree_size"], leaf, path, checkpoint.root_hash)
+        # verify_inclusion is this and a comparison; the root is kept for the COSE receipt,
+        # which must recompute it from the same proof (known_root below).
+        root = root_from_inclusion_proof(obj["leaf_index"], obj["tree_size"], leaf, path)
+        if root != checkpoint.root_hash:
+            verify_inclusion(obj["leaf_index"], obj["tree_size"], leaf, path, checkpoint.root_hash)
+            raise ReceiptError("inclusion proof: root mismatch")  # unreachable: it raised
+    except ReceiptError:
+        raise
     except VerificationError as exc:
         raise ReceiptError(f"inclusion proof: {exc}") from None
     try:
@@ -160,12 +223,12 @@ def verify_receipt(data: bytes, *, signer: str | None = None) -> VerifiedReceipt
         raise ReceiptError("cose is not standard base64") from None
     if base64.b64encode(cose).decode("ascii") != obj["cose"]:
         raise ReceiptError("cose base64 is not in canonical form")
-    public = Ed25519PublicKey.from_public_bytes(vkey.public_key)
+    public, signer_id = _key(vkey) if memo is None else memo.key(vkey)
+    known: KnownRoot = (obj["leaf_index"], obj["tree_size"], leaf, tuple(path), root)
     try:
-        cose_receipt = verify_inclusion_receipt(cose, public, leaf)
+        cose_receipt = verify_inclusion_receipt(cose, public, leaf, known_root=known)
     except VerificationError as exc:
         raise ReceiptError(f"COSE receipt: {exc}") from None
-    signer_id = key_id(vkey.public_key)
     if (
         cose_receipt.tree_size != obj["tree_size"]
         or cose_receipt.leaf_index != obj["leaf_index"]

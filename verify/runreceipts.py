@@ -42,7 +42,7 @@ from .layout import attestation_member, checkpoint_member, receipt_member
 from .lineage import FinalArtifact
 from .manifest import RunClaim
 from .note import parse_verifier_key
-from .receipt import MAX_RECEIPT_BYTES, ReceiptError, verify_receipt
+from .receipt import MAX_RECEIPT_BYTES, ReceiptError, ReceiptMemo, verify_receipt
 from .storecheck import StoreResult
 
 ENVELOPE_LIMIT: Final = 64 << 20
@@ -140,8 +140,9 @@ def check_run_receipts(
             f"the lineage store's final artifacts are records {list(seqs)[:8]}"
         )
     sealing = read(checkpoint_member(run.run, "lineage", lineage.size), 64 << 10)
+    memo = ReceiptMemo()  # the run's receipts share one checkpoint note: opened once
     for artifact in finals:
-        _check_receipt(read, run.run, artifact, lineage, sealing, signer)
+        _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo)
     if not finals:
         return 0  # no subject, no attestations (see harness.receipts.bundle)
     public = Ed25519PublicKey.from_public_bytes(parse_verifier_key(signer).public_key)
@@ -183,10 +184,11 @@ def _check_receipt(
     lineage: StoreResult,
     sealing: bytes,
     signer: str,
+    memo: ReceiptMemo | None = None,
 ) -> None:
     member = receipt_member(run_id, artifact.seq)
     try:
-        receipt = verify_receipt(read(member, MAX_RECEIPT_BYTES), signer=signer)
+        receipt = verify_receipt(read(member, MAX_RECEIPT_BYTES), signer=signer, memo=memo)
     except ArchiveError:
         raise
     except VerificationError as exc:
