@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import io
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,6 @@ GATE_VERSION: Final = 2
 """2: files carry expected_sha256 and actual_sha256 (format 2 of the evidence, issue 15)."""
 GATE_FORMATS: Final = ("text", "json", "sarif", "markdown")
 
-_NULL_OID: Final = frozenset("0")
 GITLINK: Final = "160000"
 _CHUNK: Final = 1 << 16
 _CHANGE_NAMES: Final = {"A": "added", "M": "modified", "D": "deleted", "T": "type-changed"}
@@ -173,53 +173,61 @@ def changed_files(repo: Path, base: str, head: str) -> list[Change]:
 
 
 def _present(oid: str, mode: str) -> bool:
-    return set(oid) != _NULL_OID and mode != GITLINK
+    """Whether a side of a change has a blob: not git's null id (all zeros), not a gitlink."""
+    return oid.strip("0") != "" and mode != GITLINK
 
 
 def blob_digests(repo: Path, oids: list[str]) -> dict[str, str]:
-    """SHA-256 (hex) of each blob, streamed from one ``git cat-file --batch``.
+    """SHA-256 (hex) of each blob, streamed from one ``git cat-file --batch --buffer``.
 
-    One object at a time (write its id, read its header, hash its body in chunks), so memory
-    stays at one chunk whatever the blob's size, and the pipes can never deadlock.
+    Every id is written to a temporary file first and given to git as its standard input, so
+    git streams the objects back without waiting for a request per object (one pipe, no
+    deadlock, no thread); each body is hashed in chunks, so memory stays at one chunk whatever
+    the blob's size.
     """
     digests: dict[str, str] = {}
     if not oids:
         return digests
-    try:
-        proc = subprocess.Popen(
-            git_argv("cat-file", "--batch"),
-            cwd=repo,
-            env=git_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-    except OSError as exc:
-        raise GateUsageError(f"cannot run git cat-file: {exc.strerror or exc}") from None
-    assert proc.stdin is not None and proc.stdout is not None
+    with tempfile.TemporaryFile() as requests:
+        requests.write("".join(f"{oid}\n" for oid in oids).encode("ascii"))
+        requests.seek(0)
+        try:
+            proc = subprocess.Popen(
+                git_argv("cat-file", "--batch", "--buffer"),
+                cwd=repo,
+                env=git_env(),
+                stdin=requests,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            raise GateUsageError(f"cannot run git cat-file: {exc.strerror or exc}") from None
+    assert proc.stdout is not None
     try:
         for oid in oids:
-            proc.stdin.write(f"{oid}\n".encode("ascii"))
-            proc.stdin.flush()
-            header = proc.stdout.readline(512).decode("ascii", "replace").split()
-            if len(header) != 3 or header[1] != "blob" or not header[2].isdigit():
-                raise GateUsageError(f"git cat-file: {oid} is not a blob ({' '.join(header)})")
-            remaining = int(header[2])
-            digest = hashlib.sha256()
-            while remaining:
-                chunk = proc.stdout.read(min(remaining, _CHUNK))
-                if not chunk:
-                    raise GateUsageError(f"git cat-file: {oid} ended early")
-                digest.update(chunk)
-                remaining -= len(chunk)
-            if proc.stdout.read(1) != b"\n":
-                raise GateUsageError(f"git cat-file: {oid}: unexpected output")
-            digests[oid] = digest.hexdigest()
+            digests[oid] = _read_blob_digest(proc.stdout, oid)
     finally:
-        proc.stdin.close()
         proc.stdout.close()
         proc.wait(timeout=GIT_TIMEOUT_S)
     return digests
+
+
+def _read_blob_digest(out: IO[bytes], oid: str) -> str:
+    """Hash the next object of ``git cat-file --batch`` output, which must be blob ``oid``."""
+    header = out.readline(512).decode("ascii", "replace").split()
+    if len(header) != 3 or header[0] != oid or header[1] != "blob" or not header[2].isdigit():
+        raise GateUsageError(f"git cat-file: {oid} is not a blob ({' '.join(header)})")
+    remaining = int(header[2])
+    digest = hashlib.sha256()
+    while remaining:
+        chunk = out.read(min(remaining, _CHUNK))
+        if not chunk:
+            raise GateUsageError(f"git cat-file: {oid} ended early")
+        digest.update(chunk)
+        remaining -= len(chunk)
+    if out.read(1) != b"\n":
+        raise GateUsageError(f"git cat-file: {oid}: unexpected output")
+    return digest.hexdigest()
 
 
 # ---- the bundle's attested actions ----------------------------------------------------------
