@@ -5,10 +5,13 @@ Prints one JSON line. Run: ``python bench/bundle.py --records 100000``.
 A run with ``--records`` lineage records (plus one record in each other store, and a checkpoint
 every ``--checkpoint-every`` records so consistency proofs are exercised) is exported to a
 bundle; then the verifier runs in a fresh interpreter (its own peak RSS, as a CI job sees it):
-keyless (everything but the HMAC chains) and keyed (``--hmac-key``), and keyless on the same
+keyless (everything but the HMAC chains) and keyed (``--hmac-key``; also with ``--jobs 1``, the
+records checked in one process), and keyless on the same
 bundle gzipped (``gzip_vs_tar``: the verifier reads an archive once, so a .tar.gz costs one
 decompression more, not a re-inflation per member). ``floor_records_per_s`` is bare SHA-256
-leaf hash + HMAC-SHA256 over the same record bytes in this process.
+leaf hash + HMAC-SHA256 over the same record bytes in this process (one core). ``*_cpu_s`` is
+the CPU time of the verifier and its worker processes, which a loaded machine inflates less
+than wall time.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import gzip
 import hashlib
 import hmac
 import json
+import resource
 import subprocess
 import sys
 import tarfile
@@ -31,6 +35,7 @@ from workload import lineage_body  # bench/workload.py (scripts run from bench/)
 from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import OperatorKeys
 from harness.receipts.run import RunRecorder
+from harness.verify.storepool import usable_cores
 
 MASTER = bytes(range(32))
 
@@ -64,22 +69,30 @@ def build(folder: Path, records: int, every: int) -> tuple[Path, OperatorKeys]:
     return bundle, keys
 
 
-def verify_in_fresh_process(bundle: Path, keys: OperatorKeys, keyed: bool) -> dict[str, float]:
+def verify_in_fresh_process(
+    bundle: Path, keys: OperatorKeys, keyed: bool, jobs: int | None = None
+) -> dict[str, float]:
+    """One CLI run: wall seconds, CPU seconds of the CLI and its workers, the CLI's peak RSS."""
     args = [
         sys.executable, "-m", "harness.verify.cli", str(bundle),
         "--trusted-key", keys.key_id, "--quiet", "--format", "json",
     ]  # fmt: skip
     if keyed:
         args += ["--hmac-key", str(bundle.parent / "hmac.key")]
+    if jobs is not None:
+        args += ["--jobs", str(jobs)]
     args = [args[0], "-c", _REPORT_OWN_RSS, *args[3:]]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"verification failed ({done.returncode}): {done.stdout}{done.stderr}")
     peak_kb = int(done.stderr.strip().splitlines()[-1].split()[-1])
     records = sum(store["records"] for store in json.loads(done.stdout)["stores"])
-    return {"records": records, "seconds": seconds, "peak_rss_mb": peak_kb / 1024}
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"records": records, "seconds": seconds, "cpu_s": cpu, "peak_rss_mb": peak_kb / 1024}
 
 
 # Runs the CLI and, at exit, prints this process's own peak RSS (KiB) on stderr: VmHWM of the
@@ -134,6 +147,7 @@ def main() -> None:
         bundle, keys = build(Path(tmp), args.records, args.checkpoint_every)
         keyless = verify_in_fresh_process(bundle, keys, keyed=False)
         keyed = verify_in_fresh_process(bundle, keys, keyed=True)
+        one_core = verify_in_fresh_process(bundle, keys, keyed=True, jobs=1)
         packed = bundle.with_name("bundle.tar.gz")
         packed.write_bytes(gzip.compress(bundle.read_bytes(), mtime=0))
         gzipped = verify_in_fresh_process(packed, keys, keyed=False)
@@ -144,6 +158,10 @@ def main() -> None:
             "bundle_mb": bundle.stat().st_size / 1e6,
             "verify_keyless_records_per_s": keyless["records"] / keyless["seconds"],
             "verify_keyed_records_per_s": keyed_rate,
+            "verify_keyed_cpu_s": keyed["cpu_s"],
+            "verify_keyed_one_process_records_per_s": one_core["records"] / one_core["seconds"],
+            "verify_keyed_one_process_cpu_s": one_core["cpu_s"],
+            "cores": usable_cores(),
             "floor_records_per_s": floor_rate,
             "keyed_vs_floor": floor_rate / keyed_rate,
             "peak_rss_mb_keyless": keyless["peak_rss_mb"],

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,6 +55,17 @@ def _report(data: bytes | Path, jobs: int, *, keyed: bool = True) -> tuple[str, 
         display_name="bundle.tar",
     )
     return render(report, "json"), report.exit_code
+
+
+@pytest.fixture(autouse=True)
+def real_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers really fork here, also under pytest-xdist (whose channel thread would otherwise
+    keep the verifier on one process), and really start."""
+    monkeypatch.setattr(storepool, "FORK_WITH_THREADS", True)
+    pool = storepool.ChunkPool.start(2)
+    assert pool is not None
+    with pool:
+        assert all(process.is_alive() for process in pool._processes)
 
 
 @pytest.fixture(params=[4, 2048], ids=["chunks-of-4", "chunks-of-2048"])
@@ -297,3 +310,26 @@ def test_a_worker_failure_is_rechecked_here(base: bytes, monkeypatch: pytest.Mon
         expected = _report(data, 1)
         monkeypatch.setattr(storepool, "check_chunk", flaky)
         assert _report(data, 2) == expected
+
+
+def test_cli_jobs_option(base: bytes, tmp_path: Path) -> None:
+    """``--jobs N`` reaches the verifier (same report as ``--jobs 1``); 0 is a usage error."""
+    path = tmp_path / "bundle.tar"
+    path.write_bytes(_tampered(base, TAMPERS["seq"](40), "lineage"))
+    key = tmp_path / "hmac.key"
+    key.write_text(KEYS.hmac_master.hex() + "\n")
+
+    def run(*jobs: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "harness.verify.cli", str(path), "--trusted-key", KEYS.key_id,
+             "--hmac-key", str(key), "--format", "json", "--quiet", *jobs],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+
+    one, two, default = run("--jobs", "1"), run("--jobs", "2"), run()
+    assert one.returncode == two.returncode == default.returncode == 1
+    assert one.stdout == two.stdout == default.stdout
+    assert "line 41 (seq 41)" in one.stdout
+    refused = run("--jobs", "0")
+    assert refused.returncode == 2
+    assert "--jobs" in refused.stderr

@@ -131,11 +131,11 @@ def verify_bundle(
     limits: Limits | None = None,
     progress: Progress | None = None,
     display_name: str | None = None,
-    jobs: int | None = 1,
+    jobs: int | None = None,
 ) -> Report:
     """Run every check on a bundle (a path, a readable stream or its bytes); never raises for
     bad input, returns the Report. ``jobs``: processes checking store records (None: one per
-    usable core when the input is large; see ``verify_bundle_contents``)."""
+    usable core when the input is large, 1: this process; see ``verify_bundle_contents``)."""
     return verify_bundle_contents(
         source,
         pins=pins,
@@ -156,7 +156,7 @@ def verify_bundle_contents(
     limits: Limits | None = None,
     progress: Progress | None = None,
     display_name: str | None = None,
-    jobs: int | None = 1,
+    jobs: int | None = None,
 ) -> VerifiedBundle:
     """``verify_bundle``, also returning the bytes of every member ``keep(name)`` selects.
 

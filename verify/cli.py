@@ -276,6 +276,16 @@ def bundle_command(
     cert_identity_regex: CertIdentityRegexOption = None,
     cert_oidc_issuer: CertIssuerOption = None,
     trusted_root: TrustedRootOption = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            help="Processes checking store records (default: one per usable core for bundles "
+            "of 4 MiB or more; 1: this process only). The report is the same.",
+        ),
+    ] = None,
 ) -> None:
     """Verify a bundle: archive safety, manifest signature, members, records, Merkle roots,
     consistency proofs, HMAC chains (with --hmac-key), and whether the signer is pinned."""
@@ -316,6 +326,7 @@ def bundle_command(
             hmac_master=master,
             limits=Limits(max_total_bytes=max_bytes),
             progress=progress,
+            jobs=jobs,
         )
     progress.end()
     _size_limit_hint(report, max_bytes)

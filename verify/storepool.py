@@ -44,6 +44,11 @@ POLL_SECONDS: Final = 0.5
 MIN_PARALLEL_BYTES: Final = 4 << 20
 """Inputs smaller than this are checked in-process: a pool would cost more than it saves."""
 
+FORK_WITH_THREADS = False
+"""Fork even though other threads run. Only for test harnesses whose own threads (pytest-xdist's
+channel) hold no lock the workers could need; a verifier inside a threaded program stays on one
+process."""
+
 _Result = tuple[int, ChunkVerdict | None]
 
 
@@ -102,7 +107,7 @@ class ChunkPool:
     def start(cls, workers: int) -> ChunkPool | None:
         """A pool of ``workers`` processes, or None: fewer than 2 wanted, no fork here, or
         other threads running (a fork would copy their locks, possibly held)."""
-        if workers < 2 or threading.active_count() > 1:
+        if workers < 2 or (threading.active_count() > 1 and not FORK_WITH_THREADS):
             return None
         if "fork" not in multiprocessing.get_all_start_methods():
             return None
