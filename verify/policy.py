@@ -46,27 +46,21 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
-
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .errors import MalformedNoteError
 from .keyids import key_id
 from .note import parse_verifier_key
-from .sigstore_identity import (
-    MAX_TRUSTED_ROOT_SIZE,
-    IdentityError,
-    IdentityPin,
-    SigstoreTrust,
-    check_trusted_root_bytes,
-    identity_pin,
-)
+
+if TYPE_CHECKING:
+    from .sigstore_identity import IdentityPin, SigstoreTrust
+
+# TOML, PEM keys and Sigstore identities are imported where a policy file, a key file or an
+# identity needs them: a bundle verified with --trusted-key KEYID loads none of them
+# (tests/test_startup_imports.py).
 
 __all__ = [
     "DISK",
@@ -221,6 +215,10 @@ def _key_id_from_pem(data: bytes, shown: str) -> str:
         raise PolicyError(
             f"{shown} holds a private key: pin the public key (signing.pub), never the secret"
         )
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         public = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm):
@@ -306,6 +304,8 @@ def _parse_toml(path: Path, reader: FileReader) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PolicyError(f"policy file {shown} is not UTF-8 text") from None
+    import tomllib
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -408,6 +408,8 @@ def _identity(item: object, where: str) -> IdentityPin:
             f"{', '.join(sorted(names)) or 'nothing'}"
         )
     regex = "identity_regex" in item
+    from .sigstore_identity import IdentityError, identity_pin
+
     try:
         return identity_pin(
             item["identity_regex" if regex else "identity"], item["issuer"], regex=regex
@@ -426,6 +428,8 @@ def read_trusted_root(
     path = Path(value.strip())
     if not path.is_absolute():
         path = Path(os.path.abspath(base / path))
+    from .sigstore_identity import MAX_TRUSTED_ROOT_SIZE, IdentityError, check_trusted_root_bytes
+
     data = reader.read(path, MAX_TRUSTED_ROOT_SIZE, "trusted root")
     try:
         check_trusted_root_bytes(data, reader.name(path))
@@ -456,6 +460,8 @@ def _sigstore_trust(
     data, name = read_trusted_root(
         root, path.parent, reader, f"{shown}: {prefix}trust.trusted_root"
     )
+    from .sigstore_identity import SigstoreTrust
+
     return SigstoreTrust(pins, data, name, shown)
 
 

@@ -15,7 +15,6 @@ The JSON form is a stable format described by ``schemas/verify-report.schema.jso
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -395,6 +394,8 @@ def _failure_text(problem: _Problem) -> str:
 
 def render_junit(report: Report) -> str:
     """JUnit XML: one test suite, one test case per check (plus ``verdict`` when needed)."""
+    import xml.etree.ElementTree as ET  # here: the text and JSON reports need no XML
+
     problems = {problem.rule: problem for problem in _problems(report)}
     suite = ET.Element("testsuite", {"name": TOOL_NAME})
     properties = ET.SubElement(suite, "properties")

@@ -260,10 +260,8 @@ def sigstore_trust(
     """The pins with the Sigstore identities of the flags (which replace the policy's), and
     the witness to check the bundle with when ``--sigstore-bundle`` is given; exit 2 on any
     problem (incomplete flags, a trusted root that is not one, the extra missing)."""
-    from .policy import PolicyError, read_trusted_root
-    from .sigstore_bind import SigstoreSetupError, prepare_witness
-    from .sigstore_identity import SigstoreTrust
-
+    # the Sigstore modules only when a Sigstore flag or policy entry asks for them: without
+    # one, ``bundle`` and ``gate`` load nothing of Sigstore (tests/test_startup_imports.py)
     flags = identity_pins(identity, identity_regex, issuer)
     if flags and trusted_root is None:
         raise _fail("the identity flags need --trusted-root ROOT.json (the Sigstore root of trust)")
@@ -273,6 +271,9 @@ def sigstore_trust(
         raise _fail("--cert-identity pins the signer of a --sigstore-bundle: give that bundle")
     if flags:
         assert trusted_root is not None
+        from .policy import PolicyError, read_trusted_root
+        from .sigstore_identity import SigstoreTrust
+
         try:
             data, name = read_trusted_root(str(trusted_root), Path.cwd(), reader, "--trusted-root")
         except PolicyError as exc:
@@ -293,6 +294,8 @@ def sigstore_trust(
             "--sigstore-bundle needs a pinned identity: --cert-identity ID --cert-oidc-issuer "
             "ISS --trusted-root ROOT.json, or [trust] identities and trusted_root in the policy"
         )
+    from .sigstore_bind import SigstoreSetupError, prepare_witness
+
     try:
         return pins, prepare_witness(pins.sigstore, sigstore_bundle)
     except SigstoreSetupError as exc:
