@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from harness.verify.rules import configchain, phases, trifecta
+from harness.verify.rules import configchain, meta, phases, trifecta
 from harness.verify.rules.controller import (
     Controller,
     Observed,
@@ -139,12 +139,16 @@ class RunControl:
         progress = self._progress()
         if progress == self.machine.progress:
             return
-        # The settling transition is durable before the clock is read, so elapsed_s lies
-        # between its record's time and the review's (what the verifier checks).
-        self.run.flush()
-        elapsed_s = max(0, (_micros(self._now()) - self.started_us) // 1_000_000)
-        heightened = phases.HEIGHTENED_FROM_S <= elapsed_s < phases.HEIGHTENED_UNTIL_S
         previous = self.machine.progress
+        elapsed_s, heightened = 0, False
+        if meta.progress_reviews(previous, progress):
+            # A review will carry elapsed_s: the settling transition is durable before the
+            # clock is read, so elapsed_s lies between its record's time and the review's
+            # (what the verifier checks). Without a review nothing here reads the clock, and
+            # the transition waits for the next group commit (before the next effect).
+            self.run.flush()
+            elapsed_s = max(0, (_micros(self._now()) - self.started_us) // 1_000_000)
+            heightened = phases.HEIGHTENED_FROM_S <= elapsed_s < phases.HEIGHTENED_UNTIL_S
         if self.machine.settle(progress) is not None:
             self._phase("progress")
             self._spacing()

@@ -305,8 +305,7 @@ def _merge(run: RunCore, job: BatchJob) -> None:
         for task in job.tasks:
             run.move(task.id, S.DONE, "gates passed and merged")
             run.merged.append(task.id)
-        run.flush()
-        return
+        return  # made durable by ``retire``'s flush, before the worktree's cleanup
     ours = git.head(run.repo)
     theirs = head if head is not None else git.head(run.repo, job.branch)
     for task in job.tasks:
