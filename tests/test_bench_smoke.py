@@ -26,6 +26,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["runtime.py", "--tasks", "3"],
         ["crash_stress.py", "--rounds", "5"],
         ["gate.py", "--size-mib", "1"],
+        ["gate.py", "--files", "5"],
+        ["gate.py", "--files", "5", "--uncovered"],
         ["hostile.py", "--receipts", "20", "40"],
         ["policy.py", "--tasks", "60"],
         ["sealing.py", "--records", "300", "--every", "50", "--rounds", "1"],
