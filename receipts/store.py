@@ -32,7 +32,7 @@ import orjson
 from harness.verify.canonical import canonical_bytes, encode_checked
 from harness.verify.chain import MacChain, derive_store_key
 from harness.verify.errors import ChainError, SchemaError, VerificationError
-from harness.verify.merkle import CompactRange, leaf_hash
+from harness.verify.merkle import CompactRange, leaf_hash, subtree_levels
 from harness.verify.records import (
     MAX_LINE_BYTES,
     RECORD_VERSION,
@@ -374,9 +374,7 @@ class StoreWriter:
         self._end += len(data)
         self._last_time = now
         self._chain.advance(last_mac)
-        append = self._tree.append
-        for appended in results:
-            append(appended.leaf_hash)
+        extend_tree(self._tree, [appended.leaf_hash for appended in results])
         return results
 
     # ---- checkpoints ---------------------------------------------------------------------
@@ -410,6 +408,24 @@ class StoreWriter:
             fsync_dir(folder)
             self.sealed_size = max(self.sealed_size, self._tree.size)
             return target
+
+
+def extend_tree(tree: CompactRange, leaves: list[bytes]) -> None:
+    """Append ``leaves`` to ``tree``: the state ``tree.append`` would reach leaf by leaf, with
+    the same hashes, but a batch is cut into aligned perfect subtrees, each hashed level by
+    level (``subtree_levels``) and joined whole (``append_subtree``): no method call per leaf
+    or per node. A subtree starts at the tree's size, so it may be at most as large as the
+    lowest 1-bit of that size (RFC 6962 subtrees start at multiples of their own size)."""
+    start, count = 0, len(leaves)
+    while start < count:
+        size = tree.size
+        height = (count - start).bit_length() - 1
+        if size:
+            height = min(height, (size & -size).bit_length() - 1)
+        end = start + (1 << height)
+        root = subtree_levels(leaves[start:end])[height][0]
+        tree.append_subtree(height, root)
+        start = end
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from harness.receipts.bodycheck import BodyChecker
-from harness.receipts.store import StoreWriter
+from harness.receipts.store import StoreWriter, extend_tree
 from harness.verify.canonical import jcs_bytes
 from harness.verify.chain import GENESIS_MAC, derive_store_key
 from harness.verify.errors import SchemaError
-from harness.verify.merkle import leaf_hash
+from harness.verify.merkle import CompactRange, leaf_hash
 from harness.verify.records import BODY_SPECS, RECORD_VERSION, check_body, split_mac
 
 from .evidence_helpers import MASTER, checkpoints_of, make_keys, verify_bytes
@@ -106,7 +106,7 @@ TRICKY_DATA: dict[str, Any] = {
     # is a surrogate pair (0xD83D...) and so comes before U+FF5A in RFC 8785's order.
     "\U0001f600": "emoji \U0001f600 value",
     "\uff5a": 1,
-    "z": "quote \" backslash \\ newline \n tab \t nul \x00 del \x7f sep \u2028 \u2029",
+    "z": 'quote " backslash \\ newline \n tab \t nul \x00 del \x7f sep \u2028 \u2029',
     "\u00e9": [1, -2, 9007199254740991, True, None, {"": ""}],
     "a": {"nested": {"deeper": ["\ud7ff", "\ue000"]}},
 }
@@ -163,3 +163,23 @@ def test_acknowledgements_are_immutable(tmp_path: Path) -> None:
         ack = writer.append("event", {"name": "x", "data": {}})
     with pytest.raises(AttributeError):
         ack.seq = 5  # type: ignore[misc]
+
+
+def test_extend_tree_reaches_the_leaf_by_leaf_state() -> None:
+    """Catches a batch cut into subtrees that are not aligned at the tree's size, or of the
+    wrong height: every size, peak and root must be those of appending one leaf at a time."""
+    leaves = [hashlib.sha256(b"%d" % i).digest() for i in range(300)]
+    for first in range(0, 70):
+        for batch in (1, 2, 3, 5, 8, 13, 64, 100, 230 - first):
+            by_leaf, batched = CompactRange(), CompactRange()
+            for leaf in leaves[:first]:
+                by_leaf.append(leaf)
+                batched.append(leaf)
+            for leaf in leaves[first : first + batch]:
+                by_leaf.append(leaf)
+            extend_tree(batched, leaves[first : first + batch])
+            assert (batched.size, batched.peaks) == (by_leaf.size, by_leaf.peaks), (first, batch)
+            assert batched.root() == by_leaf.root()
+    empty = CompactRange()
+    extend_tree(empty, [])
+    assert empty.size == 0 and empty.root() == CompactRange().root()
