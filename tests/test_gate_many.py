@@ -26,8 +26,10 @@ from harness.verify.gate import (
     DELETION_NOT_ATTESTED,
     MODE_DIFFERS,
     NO_RECEIPT,
+    BundleHistory,
     GateReport,
     GateUsageError,
+    _runs_in_history,
     blob_digests,
     changed_files,
     run_gate,
@@ -164,3 +166,17 @@ def test_blob_digests_refuse_what_is_not_a_blob(change: Change) -> None:
         blob_digests(change.repo, [tree])
     with pytest.raises(GateUsageError, match="is not a blob"):
         blob_digests(change.repo, ["1" * 40])  # missing
+
+
+def test_runs_in_history_among_many_runs(change: Change) -> None:
+    """Many runs sharing base commits: each counts iff its own base commit is an ancestor."""
+    tree = _git(change.repo, "rev-parse", f"{change.base}^{{tree}}").decode().strip()
+    unrelated = _git(change.repo, "commit-tree", tree, "-m", "orphan").decode().strip()
+    commits: dict[str, str | None] = {"base": change.base, "head": change.head}
+    commits |= {"unrelated": unrelated, "missing": "f" * 40, "none": None}
+    history = BundleHistory(
+        base_commits={f"{name}-{i}": commit for name, commit in commits.items() for i in range(3)}
+    )
+    counted = _runs_in_history(change.repo, change.head, history)
+    assert counted == {f"{name}-{i}" for name in ("base", "head") for i in range(3)}
+    assert _runs_in_history(change.repo, change.base, history) == {f"base-{i}" for i in range(3)}

@@ -281,11 +281,13 @@ def bundle_history(members: Mapping[str, bytes], run_ids: list[str]) -> BundleHi
 def _runs_in_history(repo: Path, head: str, history: BundleHistory) -> set[str]:
     """Runs whose recorded base commit is in ``head``'s history (same repository, and a state
     the change descends from); a run without one (no runtime records) is in no history."""
-    return {
-        run
-        for run, commit in history.base_commits.items()
-        if commit is not None and git_ok(repo, "merge-base", "--is-ancestor", commit, head)
+    commits = {commit for commit in history.base_commits.values() if commit is not None}
+    ancestors = {
+        commit
+        for commit in commits  # one git call per distinct base commit, not per run
+        if git_ok(repo, "merge-base", "--is-ancestor", commit, head)
     }
+    return {run for run, commit in history.base_commits.items() if commit in ancestors}
 
 
 # ---- the gate --------------------------------------------------------------------------------
