@@ -73,11 +73,12 @@ class FinalArtifacts:
     """Folds lineage records, in order, into the final artifact per path.
 
     ``merged_tasks``: None when the run has no runtime records (every write counts), else the
-    tasks whose changes were merged (see ``MergeFacts``).
+    tasks whose changes were merged (see ``MergeFacts``). A path's latest write is kept as the
+    tuple it was folded into, and becomes a ``FinalArtifact`` only when asked for.
     """
 
     def __init__(self, merged_tasks: frozenset[str] | None = None) -> None:
-        self._latest: dict[str, FinalArtifact] = {}
+        self._latest: dict[str, tuple[Write, int]] = {}
         self._writes: dict[str, int] = {}
         self._merged = merged_tasks
 
@@ -92,16 +93,17 @@ class FinalArtifacts:
             path = body["path"]
             writes = self._writes.get(path, 0) + 1
             self._writes[path] = writes
-            self._latest[path] = FinalArtifact(
-                path,
-                seq,
-                body["sha256"],
-                body["actor"],
-                body["task"],
-                body["step"],
-                body["model"],
+            self._latest[path] = (
+                (
+                    seq,
+                    body["sha256"],
+                    body["actor"],
+                    body["task"],
+                    body["step"],
+                    body["model"],
+                    body["mode"],
+                ),
                 writes,
-                body["mode"],
             )
         elif kind == "artifact.delete":
             self._latest.pop(body["path"], None)
@@ -109,24 +111,28 @@ class FinalArtifacts:
     def join(self, fold: ArtifactFold) -> None:
         """Apply the records ``fold`` summarizes (the ones right after those applied so far)."""
         counts = self._writes
+        latest = self._latest
         for path, writes in fold.writes.items():
             counts[path] = counts.get(path, 0) + writes
         for path, last in fold.latest.items():
             if last is None:
-                self._latest.pop(path, None)
-                continue
-            seq, sha256, actor, task, step, model, mode = last
-            self._latest[path] = FinalArtifact(
-                path, seq, sha256, actor, task, step, model, counts[path], mode
-            )
+                latest.pop(path, None)
+            else:
+                latest[path] = (last, counts[path])
 
     def current(self, path: str) -> FinalArtifact | None:
         """The final artifact of ``path`` so far (None if none, or deleted)."""
-        return self._latest.get(path)
+        kept = self._latest.get(path)
+        return None if kept is None else _artifact(path, *kept)
 
     def final(self) -> list[FinalArtifact]:
         """Final artifacts sorted by path."""
-        return [self._latest[path] for path in sorted(self._latest)]
+        return [_artifact(path, *self._latest[path]) for path in sorted(self._latest)]
+
+
+def _artifact(path: str, write: Write, writes: int) -> FinalArtifact:
+    seq, sha256, actor, task, step, model, mode = write
+    return FinalArtifact(path, seq, sha256, actor, task, step, model, writes, mode)
 
 
 FOLD_ORDER: Final = ("audit", "lineage", "replay", "control", "events")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -357,7 +358,7 @@ def _tasks(
             chunk,
             mac_key,
             prev_mac,
-            tuple(cut for cut in cuts if start < cut <= end),
+            tuple(cuts[bisect.bisect_right(cuts, start) : bisect.bisect_right(cuts, end)]),
             artifacts,
         )
         prev_mac = _stated_mac(chunk[-1])
