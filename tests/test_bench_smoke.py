@@ -43,6 +43,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ["proxy.py", "--calls", "8"],
         ["journal.py", "--exchanges", "2", "--request-kib", "1", "--response-mib", "1"],
         ["identity.py", "--records", "200", "--rounds", "1"],
+        ["all.py", "--records", "300", "--tasks", "3", "--files", "20"],
     ],
     ids=lambda args: args[0],
 )
