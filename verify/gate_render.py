@@ -33,15 +33,16 @@ def render_gate_text(report: GateReport) -> str:
         f"  bundle: {_t(report.bundle)} ({report.bundle_status.value})",
         f"  changes: {_t(report.base[:12])}..{_t(report.head[:12])} ({len(report.files)} files)",
     ]
+    shown = functools.cache(_t)  # runs, tasks, change letters and most reasons repeat
     for entry in report.files:
         evidence = (
-            f" [run {_t(entry.run)} task {_t(entry.task)} seq {entry.seq}]"
+            f" [run {shown(entry.run)} task {shown(entry.task)} seq {entry.seq}]"
             if entry.run is not None
             else ""
         )
         lines.append(
-            f"  {entry.verdict:<9} {_t(entry.change)} {_t(entry.path)}: {_t(entry.reason)}"
-            f"{evidence}"
+            f"  {entry.verdict:<9} {shown(entry.change)} {_t(entry.path)}: "
+            f"{shown(entry.reason)}{evidence}"
         )
     return "\n".join(lines) + "\n"
 
@@ -218,19 +219,18 @@ def render_markdown(report: GateReport) -> str:
             "| File | Change | Verdict | Reason | Evidence |",
             "| --- | --- | --- | --- | --- |",
         ]
+        cell = functools.cache(functools.partial(textsafe.md_code, table=True))  # repeats
         for entry in report.files:
             icon = "✅" if entry.verdict == "covered" else "❌"
             evidence = (
-                f"run {textsafe.md_code(entry.run, table=True)}, "
-                f"task {textsafe.md_code(entry.task, table=True)}, seq {entry.seq}"
+                f"run {cell(entry.run)}, task {cell(entry.task)}, seq {entry.seq}"
                 if entry.run is not None
                 else ""
             )
-            change = _CHANGE_NAMES.get(entry.change) or textsafe.md_code(entry.change, table=True)
+            change = _CHANGE_NAMES.get(entry.change) or cell(entry.change)
             lines.append(
                 f"| {textsafe.md_code(entry.path, table=True)} | {change} "
-                f"| {icon} {entry.verdict} | {textsafe.md_code(entry.reason, table=True)} "
-                f"| {evidence} |"
+                f"| {icon} {entry.verdict} | {cell(entry.reason)} | {evidence} |"
             )
     else:
         lines.append("No files changed.")
