@@ -1,4 +1,4 @@
-"""verify/cose.py's strict-CBOR type walk: the fast exact-type dispatch decides as before.
+"""verify/cose.py's strict CBOR: the fast type walk and the reused encoder decide as before.
 
 ``_check_item_types`` runs three times per COSE receipt, so it tests the exact types cbor2
 decodes to first (issue 14). ``_reference`` below is the walk as it was before that change,
@@ -18,10 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.verify.cose import (
+    _ENCODER,
     _MAX_DEPTH,
     _PLAIN_TYPES,
     MalformedCoseError,
     _check_item_types,
+    _dumps,
     _is_plain_key,
     _label_map,
     _show,
@@ -145,3 +147,44 @@ def test_a_cycle_is_refused_by_depth_as_before() -> None:
         outcome = _outcome(_check_item_types, obj, None)
         assert outcome == _outcome(_reference, obj, None)
         assert outcome is not None and "nesting deeper than 64" in outcome[1]
+
+
+# --------------------------------------------------------------------------- _dumps
+
+encodable = st.recursive(
+    st.one_of(
+        st.integers(min_value=-(2**70), max_value=2**70),
+        st.booleans(),
+        st.none(),
+        st.binary(max_size=40),
+        st.text(max_size=8),
+        st.floats(allow_nan=False),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=5),
+        st.dictionaries(st.integers(-3, 400) | st.text(max_size=3), children, max_size=4),
+        st.builds(cbor2.CBORTag, st.integers(6, 2**20), children),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400)
+@given(st.lists(encodable, min_size=1, max_size=4))
+def test_the_reused_encoder_writes_what_cbor2_dumps_writes(values: list[Any]) -> None:
+    """One encoder per thread, reused call after call, gives ``cbor2.dumps``'s bytes."""
+    for value in values:
+        assert _dumps(value) == cbor2.dumps(value)
+
+
+def test_an_encoder_that_raised_is_not_reused() -> None:
+    cyclic: list[Any] = [1]
+    cyclic.append(cyclic)
+    for _ in range(2):
+        with pytest.raises(Exception) as ours:
+            _dumps(cyclic)
+        with pytest.raises(Exception) as theirs:
+            cbor2.dumps(cyclic)
+        assert (type(ours.value), str(ours.value)) == (type(theirs.value), str(theirs.value))
+        assert _ENCODER.state is None
+        assert _dumps([cyclic[0], b"after"]) == cbor2.dumps([1, b"after"])

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harness.receipts.cose import inclusion_receipt
 from harness.receipts.keys import OperatorKeys
@@ -24,10 +26,18 @@ from harness.receipts.merkle import MerkleTree
 from harness.verify.bundle import verify_bundle
 from harness.verify.canonical import canonical_bytes, parse_canonical
 from harness.verify.cose import CoseError, CoseSignatureError, verify_inclusion_receipt
+from harness.verify.errors import VerificationError
 from harness.verify.layout import receipt_member
 from harness.verify.merkle import leaf_hash, root_from_inclusion_proof
+from harness.verify.note import open_note_signed_once, parse_verifier_key
 from harness.verify.policy import TrustPolicy
-from harness.verify.receipt import ReceiptError, ReceiptMemo, verify_receipt
+from harness.verify.receipt import (
+    ReceiptError,
+    ReceiptMemo,
+    _is_signed_note_of,
+    final_note_text,
+    verify_receipt,
+)
 
 from .corpus import RUN_ID, Bundle, attacker_keys, export_run, operator_keys
 from .test_cose import _proof, _with_proofs
@@ -316,3 +326,113 @@ def test_the_receipts_check_is_unchanged_on_a_good_bundle(bundle: Bundle) -> Non
     )
     assert report.status.value == "verified", report.failure
     assert report.check("receipts").outcome.value == "passed"
+
+
+# --------------------------------------------------------------------------- final note
+
+
+def _final_of(bundle: Bundle) -> tuple[bytes, str, Any]:
+    doc: dict[str, Any] = parse_canonical(bundle.members[SECOND])
+    line = doc["record"].encode()
+    return (
+        doc["final"].encode(),
+        final_note_text(RUN_ID, doc["leaf_index"], line),
+        parse_verifier_key(doc["signer"]),
+    )
+
+
+def _generic_accepts(note: bytes, text: str, signer: str) -> bool:
+    try:
+        opened = open_note_signed_once(note, [signer])
+    except VerificationError:
+        return False
+    return opened.text == text
+
+
+def test_the_final_note_fast_path_takes_the_writers_form(bundle: Bundle) -> None:
+    note, text, vkey = _final_of(bundle)
+    assert _is_signed_note_of(note, text, vkey)
+    assert _generic_accepts(note, text, vkey.text)
+
+
+def _variants(note: bytes, text: str) -> list[bytes]:
+    body, _, line = note.partition(b"\n\n")
+    name, _, b64 = line.rstrip(b"\n").rpartition(b" ")
+    raw = base64.b64decode(b64)
+    other = attacker_keys().note_signer().sign(text).partition(b"\n\n")[2]
+    return [
+        note[:-1],  # no final newline
+        note + b"\n",
+        note.replace(b"\n\n", b"\n\n\n"),
+        note.replace(b"\n", b"\r\n"),
+        body + b"\n\n" + line + other,  # a second signature line
+        body + b"\n\n" + other + line,
+        body + b"\n\n" + other,
+        body + b"\n\n" + name + b" " + base64.b64encode(raw[:-1]) + b"\n",  # 63-byte signature
+        body + b"\n\n" + name + b" " + base64.b64encode(raw + b"\x00") + b"\n",
+        body + b"\n\n" + name + b"  " + b64 + b"\n",
+        body + b"\n\n" + name + b"x " + b64 + b"\n",
+        body + b"\n\n" + name + b" " + b64[:-2] + b"==\n",  # other padding / trailing bits
+        body + b"\n\n" + name + b" " + base64.urlsafe_b64encode(raw) + b"\n",
+        body.replace(b"\n", b"\nx", 1) + b"\n\n" + line,
+        b" " + note,
+        note.replace("—".encode(), b"-"),
+    ]
+
+
+def test_the_final_note_fast_path_never_accepts_what_the_general_path_refuses(
+    bundle: Bundle,
+) -> None:
+    note, text, vkey = _final_of(bundle)
+    for variant in _variants(note, text):
+        if _is_signed_note_of(variant, text, vkey):
+            assert _generic_accepts(variant, text, vkey.text), variant
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_final_note_fast_path_agrees_on_edited_notes(bundle: Bundle, data: Any) -> None:
+    """Random byte edits (replace, insert, delete) of a genuine note: the fast path accepts
+    only what ``open_note_signed_once`` accepts with the expected text."""
+    note, text, vkey = _final_of(bundle)
+    edited = bytearray(note)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(edited)))
+        action = data.draw(st.sampled_from(["replace", "insert", "delete"]))
+        byte = data.draw(st.integers(0, 255))
+        if action == "insert":
+            edited.insert(at, byte)
+        elif at < len(edited):
+            if action == "replace":
+                edited[at] = byte
+            else:
+                del edited[at]
+    if _is_signed_note_of(bytes(edited), text, vkey):
+        assert _generic_accepts(bytes(edited), text, vkey.text)
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_a_final_note_variant_fails_with_the_same_error_as_before(
+    bundle: Bundle, index: int
+) -> None:
+    """Every variant the fast path declines is opened the general way: the receipt fails
+    exactly as ``open_note_signed_once`` words it (or passes, if the general path accepts)."""
+    note, text, vkey = _final_of(bundle)
+    variant = _variants(note, text)[index]
+    tampered = _tampered(bundle.members[SECOND], "final", lambda _: variant.decode("utf-8"))
+    try:
+        opened = open_note_signed_once(variant, [vkey.text])
+    except VerificationError as exc:
+        expected: str | None = (
+            f"receipt is not signed as a final artifact (a write of a merged task): {exc}"
+        )
+    else:
+        expected = (
+            None
+            if opened.text == text
+            else "the signed final-artifact note names another record than this receipt's"
+        )
+    if expected is None:
+        assert verify_receipt(tampered, signer=vkey.text).leaf_index == 1
+    else:
+        assert _error(tampered, ReceiptMemo()) == expected

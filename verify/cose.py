@@ -56,6 +56,7 @@ expected. No input ``bytes`` makes these functions raise anything else.
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -271,6 +272,35 @@ def _check_other_item(obj: object, what: str, depth: int, labels: object) -> Non
         )
 
 
+class _EncoderSlot(threading.local):
+    """This thread's reusable encoder (see ``_dumps``)."""
+
+    state: tuple[io.BytesIO, cbor2.CBOREncoder] | None = None
+
+
+_ENCODER: Final = _EncoderSlot()
+
+
+def _dumps(obj: object) -> bytes:
+    """``cbor2.dumps(obj)``: the same encoder class with the same (default) options, but one
+    per thread, reused: building an encoder costs more than encoding a receipt's items, and a
+    receipt is encoded four times (three strictness re-encodings and its Sig_structure). An
+    encoder that raised is dropped, never reused, so no state of a failed call can leak."""
+    state = _ENCODER.state
+    if state is None:
+        fp = io.BytesIO()
+        state = _ENCODER.state = (fp, cbor2.CBOREncoder(fp))
+    fp, encoder = state
+    fp.seek(0)
+    fp.truncate()
+    try:
+        encoder.encode(obj)
+    except BaseException:
+        _ENCODER.state = None
+        raise
+    return fp.getvalue()
+
+
 def _strict_loads(data: bytes, what: str) -> object:
     """Decode one CBOR item that must fill ``data`` exactly and be in preferred encoding."""
     fp = io.BytesIO(data)
@@ -285,7 +315,7 @@ def _strict_loads(data: bytes, what: str) -> object:
         )
     _check_item_types(obj, what, labels=_label_map(obj))
     try:
-        again = cbor2.dumps(obj)
+        again = _dumps(obj)
     except Exception as exc:  # e.g. a cyclic structure built from shared references
         raise MalformedCoseError(f"{what} does not re-encode as CBOR: {exc}") from None
     if again != data:
@@ -526,7 +556,7 @@ def sig_structure1(protected_bytes: bytes, external_aad: bytes, payload: bytes) 
     A text string and three byte strings have exactly one preferred encoding, so this is the
     deterministic encoding RFC 9052 §4.4 requires.
     """
-    return cbor2.dumps(["Signature1", protected_bytes, external_aad, payload])
+    return _dumps(["Signature1", protected_bytes, external_aad, payload])
 
 
 def _key_name(key: object) -> str:
