@@ -35,14 +35,14 @@ class AttemptError(VerificationError):
     """A retry the rule does not allow, or an attempt record that disagrees with the run."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Task:
     attempts: int = 0
     batch: str | None = None
     retry_pending: bool = False
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class AttemptCheck:
     run: str
     plan_limits: Mapping[str, int] | None

@@ -127,7 +127,7 @@ def _show(limits: Limits) -> str:
     return "{" + ", ".join(f"{name}: {limits.get(name)}" for name in RESOURCES) + "}"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Batch:
     tasks: tuple[str, ...]
     role: str
@@ -137,7 +137,7 @@ class _Batch:
     exited: bool = False
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class BudgetCheck:
     run: str
     budgets: PlanBudgets | None

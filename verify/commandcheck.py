@@ -47,7 +47,7 @@ class _Receipt:
     """The run's epoch when the receipt was written."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class CommandCheck:
     run: str
     epoch: int = 0

@@ -89,7 +89,7 @@ class _Ending:
     what: str
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ControlCheck:
     run: str
     plan: Mapping[str, Any] | None

@@ -30,7 +30,7 @@ class EventError(VerificationError):
     """An event bus record the audit records do not call for, or one they call for missing."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Expected:
     message: rule.Message
     handler: rule.Handler | None
@@ -39,7 +39,7 @@ class _Expected:
     published: bool = False
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Open:
     message: rule.Message
     deadline: int | None
@@ -47,7 +47,7 @@ class _Open:
     """The original's expectation (None for an escalated copy: nothing answers it)."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class EventCheck:
     run: str
     role_of: dict[str, str] = field(default_factory=dict)

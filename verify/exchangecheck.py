@@ -96,7 +96,7 @@ class JournalRef:
     response_bytes: int
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Batch:
     egress: dict[str, Mapping[str, Any]] | None
     """Route -> allow-list entry; None when the spawn's profile records no ``egress``."""
@@ -149,7 +149,7 @@ def upstream_of(entry: Mapping[str, Any]) -> str:
     return f"{entry['scheme']}://{entry['host']}:{entry['port']}"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ExchangeCheck:
     """The fold; ``journal_refs`` after ``finish`` are the run's journaled exchanges."""
 

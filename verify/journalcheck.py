@@ -61,13 +61,13 @@ def _refuse(name: str, detail: str) -> JournalError:
     return JournalError(f"{name}: breaks rule journal: {detail}", member=name)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Uses:
     requests: list[JournalRef] = field(default_factory=list)
     responses: list[JournalRef] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class JournalCheck:
     """The referenced blobs of every run (``add``), checked as their members arrive."""
 

@@ -39,7 +39,7 @@ class LifecycleError(VerificationError):
     """A run status step the lifecycle forbids, an epoch out of step, or a wrong end status."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class LifecycleCheck:
     run: str
     status: str | None = None

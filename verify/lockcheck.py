@@ -48,7 +48,7 @@ def _intersection(mine: Sequence[str], theirs: Sequence[str]) -> tuple[str, str]
     return None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class LockCheck:
     run: str
     plan_scopes: Mapping[str, tuple[str, ...]] | None

@@ -120,14 +120,14 @@ def parse_plan_document(data: bytes, member: str) -> tuple[str, Any, dict[str, P
     return name, obj.get("capsule"), out
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Check:
     now: str
     actions: list[tuple[str, str]]
     conforms: bool
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _TaskPolicy:
     spec: PlanTask
     checks: list[_Check] = field(default_factory=list)
@@ -138,7 +138,7 @@ class _TaskPolicy:
     done_at: str | None = None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class PolicyCheck:
     """Folds one run's audit records (in order), then its lineage records."""
 

@@ -52,7 +52,7 @@ class ReviewError(VerificationError):
     """An action review the rule does not reproduce, or one outside its batch or protocol."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Batch:
     tasks: tuple[str, ...]
     lock: tuple[str, ...]
@@ -61,7 +61,7 @@ class _Batch:
     numbers: set[int] = field(default_factory=set)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ReviewCheck:
     egress: frozenset[str]
     """The plan's capsule egress hosts (empty: none, or no plan member)."""

@@ -80,7 +80,7 @@ def _roles_rule() -> ModuleType | None:
         return None
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Round:
     number: int
     valid: bool
@@ -90,7 +90,7 @@ class _Round:
     """(effective status, header as re-decided) of the round's audit."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Task:
     roles: dict[int, int] = field(default_factory=dict)
     """epoch -> max_rounds, from ``round.roles``."""
@@ -116,7 +116,7 @@ class _Task:
     may suspend the task (in_progress -> blocked) without a round.end."""
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class RoundCheck:
     run: str
     texts: dict[str, bytes]

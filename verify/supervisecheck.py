@@ -49,14 +49,14 @@ class _PlanLimits:
     task_idle_ms: Mapping[str, int | None]
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Batch:
     started: Mapping[str, Any] | None = None
     exited: bool = False
     reaped: bool = False
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class SupervisionCheck:
     run: str
     plan: _PlanLimits | None
