@@ -59,17 +59,19 @@ class BodyChecker:
     """``check(kind, body)`` for one store: returns if ``check_body`` would, else raises its
     ``SchemaError``. ``body`` must be a ``dict`` (the writer passes its own copy)."""
 
-    __slots__ = ("_compiled", "store")
+    __slots__ = ("compiled", "store")
 
     def __init__(self, store: str) -> None:
         self.store = store
-        self._compiled: dict[str, BodyCheck] = {}
+        self.compiled: dict[str, BodyCheck] = {}
+        """The closures made so far, by kind (a hot loop may call one directly and fall back
+        to ``check`` when there is none or it says no)."""
 
     def check(self, kind: str, body: dict[str, Any]) -> None:
-        fast = self._compiled.get(kind)
+        fast = self.compiled.get(kind)
         if fast is None:
             fast = _compile(self.store, kind)
             if fast is not None:  # unknown kinds are not kept: callers choose the strings
-                self._compiled[kind] = fast
+                self.compiled[kind] = fast
         if fast is None or type(body) is not dict or not fast(body):
             check_body(self.store, kind, body)  # raises the precise error (or agrees)

@@ -321,7 +321,7 @@ class StoreWriter:
         ``encode_checked`` of the whole record)."""
         seq = self._tree.size
         chain = MacChain.resume(self._chain, self._chain.prev)
-        check = self._bodies.check
+        check, fast_checks = self._bodies.check, self._bodies.compiled
         kind_members = self._kind_members
         run_member = self._run_member
         tail = b',"store":%s,"time":%s,"v":%d}' % (
@@ -334,7 +334,9 @@ class StoreWriter:
         for kind, mapping in batch:
             body = dict(mapping)
             try:
-                check(kind, body)
+                fast = fast_checks.get(kind)
+                if fast is None or not fast(body):
+                    check(kind, body)  # compiles the kind's check, or raises the precise error
                 # the check typed every member (free-form objects walked): encode directly.
                 body_bytes = encode_checked(body)
             except VerificationError as exc:
