@@ -317,8 +317,8 @@ class StoreWriter:
         order is plain byte order). So the line is ``{"body":`` + canonical(body) + the kind
         member, then the ``mac`` member, then the run/seq/store/time/v members; without the
         ``mac`` member the same parts are the MAC's input. Only the body is serialized per
-        record; the other parts are JSON strings and integers (tests compare every line with
-        ``encode_checked`` of the whole record)."""
+        record; the other parts are JSON strings and integers (tests/test_store_encoding.py
+        compares every line with the ``rfc8785`` serialization of the whole record)."""
         seq = self._tree.size
         chain = MacChain.resume(self._chain, self._chain.prev)
         check, fast_checks = self._bodies.check, self._bodies.compiled
