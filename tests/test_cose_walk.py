@@ -21,12 +21,15 @@ from harness.verify.cose import (
     _ENCODER,
     _MAX_DEPTH,
     _PLAIN_TYPES,
+    CoseAlgorithmError,
+    CoseHeaderError,
     MalformedCoseError,
     _check_item_types,
     _dumps,
     _is_plain_key,
     _label_map,
     _show,
+    decode_sign1,
 )
 
 
@@ -188,3 +191,44 @@ def test_an_encoder_that_raised_is_not_reused() -> None:
         assert (type(ours.value), str(ours.value)) == (type(theirs.value), str(theirs.value))
         assert _ENCODER.state is None
         assert _dumps([cyclic[0], b"after"]) == cbor2.dumps([1, b"after"])
+
+
+# --------------------------------------------------------------------------- protected header
+
+
+def test_a_remembered_protected_header_is_a_fresh_equal_dict() -> None:
+    protected = cbor2.dumps({1: -8, 4: b"kid-for-the-cache-test", 395: 1})
+    message = cbor2.dumps(cbor2.CBORTag(18, [protected, {}, None, b"s" * 64]))
+    first = decode_sign1(message).protected
+    first[1] = -7  # a caller's edit must not reach the next decode
+    again = decode_sign1(message)
+    assert again.protected == {1: -8, 4: b"kid-for-the-cache-test", 395: 1}
+    assert again.protected is not decode_sign1(message).protected
+
+
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [
+        ({1: -8, 2: [1]}, CoseHeaderError),
+        ({1: 1.5}, MalformedCoseError),
+        ({}, MalformedCoseError),
+        ({1: -9}, CoseAlgorithmError),
+    ],
+)
+def test_a_refused_protected_header_is_refused_every_time(
+    header: dict[int, Any], error: type[Exception]
+) -> None:
+    message = cbor2.dumps(cbor2.CBORTag(18, [cbor2.dumps(header), {}, None, b"s" * 64]))
+    for _ in range(3):
+        with pytest.raises(error):
+            decode_sign1(message)
+
+
+def test_a_protected_header_with_a_container_value_is_not_shared() -> None:
+    protected = cbor2.dumps({1: -8, 33: [b"chain"]})
+    message = cbor2.dumps(cbor2.CBORTag(18, [protected, {}, None, b"s" * 64]))
+    first = decode_sign1(message).protected
+    chain = first[33]
+    assert isinstance(chain, list)
+    chain.append(b"edited")
+    assert decode_sign1(message).protected == {1: -8, 33: [b"chain"]}

@@ -36,8 +36,10 @@ from harness.verify.receipt import (
     ReceiptMemo,
     _is_signed_note_of,
     final_note_text,
+    parse_receipt,
     verify_receipt,
 )
+from harness.verify.records import HEX64_RE
 
 from .corpus import RUN_ID, Bundle, attacker_keys, export_run, operator_keys
 from .test_cose import _proof, _with_proofs
@@ -436,3 +438,33 @@ def test_a_final_note_variant_fails_with_the_same_error_as_before(
         assert verify_receipt(tampered, signer=vkey.text).leaf_index == 1
     else:
         assert _error(tampered, ReceiptMemo()) == expected
+
+
+# --------------------------------------------------------------------------- audit_path form
+
+hexish = st.text(alphabet="0123456789abcdefABCDEFg \n", min_size=62, max_size=66)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.lists(st.one_of(hexish, st.text(max_size=70), st.integers(-5, 5)), max_size=4))
+def test_the_audit_path_form_check_is_hex64_on_each_hash(bundle: Bundle, path: list[Any]) -> None:
+    """parse_receipt tests the hashes in one regular expression call: it refuses exactly the
+    lists where some element is not a string that HEX64_RE (records.py) fully matches."""
+    doc: dict[str, Any] = parse_canonical(bundle.members[SECOND])
+    doc["audit_path"] = path
+    refused = any(type(h) is not str or not HEX64_RE.fullmatch(h) for h in path)
+    try:
+        parse_receipt(canonical_bytes(doc))
+    except ReceiptError as exc:
+        assert refused and str(exc) == "audit_path must hold 64-hex-digit hashes"
+    else:
+        assert not refused
+
+
+def test_the_audit_path_check_sees_each_hash_not_just_the_join(bundle: Bundle) -> None:
+    doc: dict[str, Any] = parse_canonical(bundle.members[SECOND])
+    good = doc["audit_path"][0]
+    for path in ([good[:-1], good[-1] + good], [good + "a", good[:-1]], [good.upper()]):
+        doc["audit_path"] = path
+        with pytest.raises(ReceiptError, match="audit_path must hold"):
+            parse_receipt(canonical_bytes(doc))

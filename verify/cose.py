@@ -492,6 +492,32 @@ def _check_headers(
         )
 
 
+_PROTECTED_CACHE: Final[dict[bytes, tuple[tuple[int | str, object], ...]]] = {}
+_PROTECTED_CACHE_BYTES: Final = 256
+_PROTECTED_CACHE_ENTRIES: Final = 64
+
+
+def _protected_header(protected_bytes: bytes) -> dict[int | str, object]:
+    """``_header_map(_strict_loads(protected_bytes, "protected header"), "protected")``.
+
+    Both are pure functions of the bytes, and every COSE receipt of one tree by one key carries
+    the same protected header, so a small header whose values are all immutable scalars is
+    remembered by its exact bytes (a fresh dict is returned each time; what raised is never
+    remembered). At most ``_PROTECTED_CACHE_ENTRIES`` headers are kept.
+    """
+    items = _PROTECTED_CACHE.get(protected_bytes)
+    if items is not None:
+        return dict(items)
+    header = _header_map(_strict_loads(protected_bytes, "protected header"), "protected")
+    if (
+        len(protected_bytes) <= _PROTECTED_CACHE_BYTES
+        and len(_PROTECTED_CACHE) < _PROTECTED_CACHE_ENTRIES
+        and all(type(value) in _LEAF_KINDS for value in header.values())
+    ):
+        _PROTECTED_CACHE[protected_bytes] = tuple(header.items())
+    return header
+
+
 def decode_sign1(message: bytes) -> Sign1:
     """Decode a tagged COSE_Sign1 strictly and check its headers; the signature is not checked.
 
@@ -531,7 +557,7 @@ def decode_sign1(message: bytes) -> Sign1:
             f"COSE_Sign1 signature must be a byte string, got {type(signature).__name__}"
         )
     if protected_bytes:
-        protected = _header_map(_strict_loads(protected_bytes, "protected header"), "protected")
+        protected = _protected_header(protected_bytes)
         if not protected:
             raise MalformedCoseError(
                 "COSE_Sign1 protected header is an encoded empty map; an empty protected "

@@ -28,6 +28,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,7 +48,7 @@ from .note import (
     parse_verifier_key,
     strict_b64decode,
 )
-from .records import HEX64_RE, RUN_ID_RE, Record, parse_record_line
+from .records import RUN_ID_RE, Record, parse_record_line
 from .storecheck import checkpoint_origin
 
 RECEIPT_FORMAT: Final = "harness-verify/artifact-receipt"
@@ -57,6 +58,7 @@ RECEIPT_MEMBERS: Final = frozenset(
      "signer", "cose", "final"}
 )  # fmt: skip
 FINAL_ORIGIN_SUFFIX: Final = "final-artifact"
+_HEX_RUN: Final = re.compile(r"[0-9a-f]*")
 
 
 def final_note_text(run_id: str, seq: int, record_line: bytes) -> str:
@@ -191,7 +193,11 @@ def parse_receipt(data: bytes) -> dict[str, Any]:
     if not RUN_ID_RE.fullmatch(obj["run"]):
         raise ReceiptError("receipt run id is not a valid run id")
     path = _field(obj, "audit_path", list)
-    if any(type(h) is not str or not HEX64_RE.fullmatch(h) for h in path):
+    # Each a 64-character string, and all of them together lowercase hex: the same test as
+    # HEX64_RE.fullmatch on each (records.py), in one regular expression call.
+    if not all(type(h) is str and len(h) == 64 for h in path) or not _HEX_RUN.fullmatch(
+        "".join(path)
+    ):
         raise ReceiptError("audit_path must hold 64-hex-digit hashes")
     return obj
 
