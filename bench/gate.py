@@ -45,6 +45,7 @@ from harness.orchestrate.clock import LogicalClock
 from harness.orchestrate.demo import _gate, make_repo, run_demo
 from harness.orchestrate.plan import parse_plan
 from harness.orchestrate.runtime import Runtime
+from harness.orchestrate.sandbox import Settings
 from harness.receipts.bundle import export_bundle
 from harness.receipts.keys import init_keys
 
@@ -165,6 +166,10 @@ def _run(repo: Path, folder: Path, edits: list[dict[str, str]]) -> tuple[Path, s
         clock=LogicalClock(),
         capabilities=DEFAULT_MATRIX,
         git_date="2026-01-01T00:00:00+00:00",
+        # Explicitly opted out of the sandbox (and recorded so): the figure is the gate's, and
+        # a sandboxed agent fails when sys.executable's path runs through a folder the sandbox
+        # does not mount (``../.venv/bin/python`` from bench/).
+        sandbox=Settings(opt_out=True),
     ).run()
     if not summary.merged:
         raise SystemExit(f"the bench run merged nothing: {summary.states}")
