@@ -31,9 +31,10 @@ from harness.verify.merkle import (
 from harness.verify.recordkinds import BODY_SPECS
 from harness.verify.records import (
     _WALKED,
+    canonical_grammar,
     canonical_line_match,
     json_string,
-    matched_kind,
+    match_facts,
     parse_record_line,
 )
 from harness.verify.storecheck import chunks_from_lines, chunks_from_stream, iter_store_lines
@@ -232,7 +233,7 @@ def test_canonical_records_take_the_grammar(path: str, step: int, model: str | N
     match = canonical_line_match(line, "lineage", "run-1")
     assert match is not None
     record = parse_record_line(line, "lineage", "run-1")
-    assert (int(match.group("seq")), match.group("time").decode(), matched_kind(line, match)) == (
+    assert match_facts(canonical_grammar("lineage", "run-1"), match) == (
         record.seq,
         record.time,
         record.kind,
@@ -269,11 +270,7 @@ def test_the_grammar_accepts_nothing_parse_refuses(
     if match is None:
         return  # nothing claimed: the strict decoder decides such lines
     record = parse_record_line(candidate, "lineage", "run-1")  # must not raise
-    assert (
-        int(match.group("seq")),
-        match.group("time").decode(),
-        matched_kind(candidate, match),
-    ) == (
+    assert match_facts(canonical_grammar("lineage", "run-1"), match) == (
         record.seq,
         record.time,
         record.kind,

@@ -10,9 +10,11 @@ and verifier share this one definition so they can never disagree on which recei
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+import orjson
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,55 +32,51 @@ class FinalArtifact:
     """Git file mode of the write ("100644", "100755", "120000", "160000")."""
 
 
-Write = tuple[int, str, str, str, int, "str | None", str]
-"""A write as folded: (seq, sha256, actor, task, step, model, mode)."""
+Write = tuple[str, str, str, int, "str | None", str]
+"""A write's members as folded: (sha256, actor, task, step, model, mode)."""
+
+WRITE_MEMBERS: Final = ("sha256", "actor", "task", "step", "model", "mode")
+
+
+def pack_write(texts: Sequence[bytes]) -> bytes:
+    """The JSON texts of a write's ``WRITE_MEMBERS``, as a canonical record spells them, in one
+    bytes object (joined by newlines, which canonical JSON text never holds)."""
+    return b"\n".join(texts)
+
+
+def unpack_write(packed: bytes) -> Write:
+    sha256, actor, task, step, model, mode = (orjson.loads(t) for t in packed.split(b"\n"))
+    return sha256, actor, task, step, model, mode
 
 
 class ArtifactFold:
     """What a run of lineage records does to the final artifacts, for joining in order.
 
-    Per path: its last write (None when its last operation is a delete) and how many writes it
-    had. ``FinalArtifacts.join`` applies one after another: a store checked in chunks (other
-    processes fold theirs) reaches exactly the state of ``FinalArtifacts.apply`` record by
-    record, because a path's final artifact depends only on its last operation and its count.
+    ``paths``: per path (its canonical JSON text, quotes included: a canonical record spells a
+    string one way only), how many writes it had, and its last write as ``(seq, packed
+    members)``, or None when its last operation is a delete. ``FinalArtifacts.join`` applies
+    one after another: a store checked in chunks (other processes fold theirs) reaches exactly
+    the state of ``FinalArtifacts.apply`` record by record, because a path's final artifact
+    depends only on its last operation and its count. Nothing is decoded until it is read.
     """
 
-    __slots__ = ("latest", "merged", "writes")
+    __slots__ = ("paths",)
 
-    def __init__(self, merged_tasks: frozenset[str] | None = None) -> None:
-        self.latest: dict[str, Write | None] = {}
-        self.writes: dict[str, int] = {}
-        self.merged = merged_tasks
-
-    def apply(self, kind: str, seq: int, body: Mapping[str, Any]) -> None:
-        if self.merged is not None and body.get("task") not in self.merged:
-            return
-        if kind == "artifact.write":
-            path = body["path"]
-            self.writes[path] = self.writes.get(path, 0) + 1
-            self.latest[path] = (
-                seq,
-                body["sha256"],
-                body["actor"],
-                body["task"],
-                body["step"],
-                body["model"],
-                body["mode"],
-            )
-        elif kind == "artifact.delete":
-            self.latest[body["path"]] = None
+    def __init__(self) -> None:
+        self.paths: dict[bytes, tuple[int, tuple[int, bytes] | None]] = {}
 
 
 class FinalArtifacts:
     """Folds lineage records, in order, into the final artifact per path.
 
     ``merged_tasks``: None when the run has no runtime records (every write counts), else the
-    tasks whose changes were merged (see ``MergeFacts``). A path's latest write is kept as the
-    tuple it was folded into, and becomes a ``FinalArtifact`` only when asked for.
+    tasks whose changes were merged (see ``MergeFacts``). A path's latest write is kept as it
+    was folded (decoded members, or the packed JSON texts of a joined ``ArtifactFold``), and
+    becomes a ``FinalArtifact`` only when asked for.
     """
 
     def __init__(self, merged_tasks: frozenset[str] | None = None) -> None:
-        self._latest: dict[str, tuple[Write, int]] = {}
+        self._latest: dict[str, tuple[int, Write | bytes, int]] = {}
         self._writes: dict[str, int] = {}
         self._merged = merged_tasks
 
@@ -94,8 +92,8 @@ class FinalArtifacts:
             writes = self._writes.get(path, 0) + 1
             self._writes[path] = writes
             self._latest[path] = (
+                seq,
                 (
-                    seq,
                     body["sha256"],
                     body["actor"],
                     body["task"],
@@ -112,13 +110,15 @@ class FinalArtifacts:
         """Apply the records ``fold`` summarizes (the ones right after those applied so far)."""
         counts = self._writes
         latest = self._latest
-        for path, writes in fold.writes.items():
-            counts[path] = counts.get(path, 0) + writes
-        for path, last in fold.latest.items():
+        for text, (writes, last) in fold.paths.items():
+            path = orjson.loads(text)
+            total = counts.get(path, 0) + writes
+            if writes:
+                counts[path] = total
             if last is None:
                 latest.pop(path, None)
             else:
-                latest[path] = (last, counts[path])
+                latest[path] = (last[0], last[1], total)
 
     def current(self, path: str) -> FinalArtifact | None:
         """The final artifact of ``path`` so far (None if none, or deleted)."""
@@ -130,8 +130,10 @@ class FinalArtifacts:
         return [_artifact(path, *self._latest[path]) for path in sorted(self._latest)]
 
 
-def _artifact(path: str, write: Write, writes: int) -> FinalArtifact:
-    seq, sha256, actor, task, step, model, mode = write
+def _artifact(path: str, seq: int, write: Write | bytes, writes: int) -> FinalArtifact:
+    sha256, actor, task, step, model, mode = (
+        unpack_write(write) if isinstance(write, bytes) else write
+    )
     return FinalArtifact(path, seq, sha256, actor, task, step, model, writes, mode)
 
 

@@ -81,12 +81,15 @@ __all__ = [
     "STORES",
     "TIME_RE",
     "BodySpec",
+    "CanonicalGrammar",
     "Checker",
     "Record",
+    "canonical_grammar",
     "canonical_line_match",
     "canonical_line_pattern",
     "check_body",
     "check_envelope",
+    "match_facts",
     "parse_record_line",
     "split_mac",
 ]
@@ -314,12 +317,38 @@ CAPTURED: Final = {"lineage": {"artifact.write": "w_", "artifact.delete": "d_"}}
 the lineage writes and deletes, so the final artifacts fold without decoding the records."""
 
 
+class CanonicalGrammar(NamedTuple):
+    """The canonical grammar of one store of one run, and how to read a match of it.
+
+    Each kind's alternative ends with its own copy of the envelope's tail, in a group of its
+    own: the group that closes last (``match.lastindex``) names the kind, and the tail's groups
+    follow it: ``lastindex + 1`` the MAC's hex, ``+ 2`` the seq, ``+ 3`` the time.
+    """
+
+    pattern: re.Pattern[bytes]
+    kinds: dict[int, str]
+    """``match.lastindex`` -> kind."""
+
+
 @functools.lru_cache(maxsize=64)
-def canonical_line_pattern(store: str, run: str) -> re.Pattern[bytes]:
+def canonical_grammar(store: str, run: str) -> CanonicalGrammar:
     """The grammar of every canonical, schema-valid line of ``store`` in run ``run`` whose kind
-    has no free-form member; groups ``mac``, ``seq`` and ``time`` hold those members, and the
-    members of the ``CAPTURED`` kinds their own groups (the bytes between the quotes)."""
+    has no free-form member; the members of the ``CAPTURED`` kinds have their own named groups
+    (their JSON text, quotes included)."""
+    tail = (
+        rb'"mac":"([0-9a-f]{64})","run":"'
+        + re.escape(run.encode())
+        + rb'","seq":('
+        + _CANON_NAT
+        + rb'),"store":"'
+        + store.encode()
+        + rb'","time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
+        + rb',"v":'
+        + str(RECORD_VERSION).encode()
+        + rb"\}"
+    )
     alternatives = []
+    names: dict[str, str] = {}
     captured = CAPTURED.get(store, {})
     for kind, spec in BODY_SPECS[store].items():
         if not all(required for required, _ in spec.values()):
@@ -331,22 +360,26 @@ def canonical_line_pattern(store: str, run: str) -> re.Pattern[bytes]:
             b'"' + name.encode() + b'":' + _captured(_CANONICAL_PATTERNS[checker], prefix, name)
             for name, (_, checker) in sorted(spec.items())
         ]
-        body = rb"\{" + b",".join(members) + rb"\}"
-        alternatives.append(body + rb',"kind":"' + re.escape(kind.encode()) + rb'"')
-    return re.compile(
-        rb'\{"body":(?:'
-        + b"|".join(alternatives)
-        + rb'),"mac":"(?P<mac>[0-9a-f]{64})","run":"'
-        + re.escape(run.encode())
-        + rb'","seq":(?P<seq>'
-        + _CANON_NAT
-        + rb'),"store":"'
-        + store.encode()
-        + rb'","time":"(?P<time>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
-        + rb',"v":'
-        + str(RECORD_VERSION).encode()
-        + rb"\}"
-    )
+        name = f"k{len(names)}"
+        names[name] = kind
+        alternatives.append(
+            rb"\{"
+            + b",".join(members)
+            + rb'\},"kind":"'
+            + re.escape(kind.encode())
+            + rb'",(?P<'
+            + name.encode()
+            + b">"
+            + tail
+            + b")"
+        )
+    pattern = re.compile(rb'\{"body":(?:' + b"|".join(alternatives) + b")")
+    return CanonicalGrammar(pattern, {pattern.groupindex[n]: k for n, k in names.items()})
+
+
+def canonical_line_pattern(store: str, run: str) -> re.Pattern[bytes]:
+    """The compiled canonical grammar (``canonical_grammar``)."""
+    return canonical_grammar(store, run).pattern
 
 
 def _captured(pattern: bytes, prefix: str | None, name: str) -> bytes:
@@ -360,7 +393,7 @@ def canonical_line_match(line: bytes, store: str, run: str) -> re.Match[bytes] |
     None: then ``parse_record_line`` decides, and names the problem."""
     if len(line) > MAX_LINE_BYTES:
         return None
-    match = canonical_line_pattern(store, run).fullmatch(line)
+    match = canonical_grammar(store, run).pattern.fullmatch(line)
     if match is None:
         return None
     if not line.isascii():
@@ -371,10 +404,11 @@ def canonical_line_match(line: bytes, store: str, run: str) -> re.Match[bytes] |
     return match
 
 
-def matched_kind(line: bytes, match: re.Match[bytes]) -> str:
-    """The kind of a matched line: the string just before ``,"mac":"`` (kinds hold no quote)."""
-    end = match.start("mac") - len(b'","mac":"')
-    return line[line.rindex(b'"', 0, end) + 1 : end].decode("ascii")
+def match_facts(grammar: CanonicalGrammar, match: re.Match[bytes]) -> tuple[int, str, str]:
+    """``(seq, time, kind)`` of a line the grammar matched."""
+    group = match.lastindex or 0
+    seq, time = match.group(group + 2, group + 3)
+    return int(seq), time.decode("ascii"), grammar.kinds[group]
 
 
 def json_string(value: bytes | None) -> Any:

@@ -27,15 +27,13 @@ from typing import Any, Final
 
 from .canonical import canonical_bytes
 from .errors import ChainError, VerificationError
-from .lineage import ArtifactFold, Write
+from .lineage import WRITE_MEMBERS, ArtifactFold, pack_write
 from .merkle import prefix_subtrees, subtree_levels
 from .records import (
     CAPTURED,
-    canonical_line_match,
-    json_string,
-    matched_kind,
+    MAX_LINE_BYTES,
+    canonical_grammar,
     parse_record_line,
-    split_mac,
 )
 
 MAX_CHUNK_RECORDS: Final = 2048
@@ -102,11 +100,20 @@ def chunk_capacity(start: int) -> int:
 
 
 def check_chunk(task: ChunkTask) -> ChunkVerdict:
-    """Check every record of one chunk, in order, up to the first failure."""
+    """Check every record of one chunk, in order, up to the first failure.
+
+    A line the canonical grammar matches (and that is valid UTF-8) is proven canonical and
+    schema-valid without being decoded (``records.canonical_grammar``); any other line goes
+    through ``parse_record_line``, which decides and names the problem.
+    """
     verdict = ChunkVerdict()
     store, run_id, start = task.store, task.run_id, task.start
+    grammar = canonical_grammar(store, run_id)
+    fullmatch, kind_of = grammar.pattern.fullmatch, grammar.kinds
     leaves: list[bytes] = []
     add_leaf = leaves.append
+    spans: list[tuple[int, int]] = []
+    add_span = spans.append
     kinds = verdict.kinds
     sha256 = hashlib.sha256
     last_time = ""
@@ -114,14 +121,22 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
     for offset, line in enumerate(task.lines):
         seq = -1
         try:
-            match = canonical_line_match(line, store, run_id)
+            match = (
+                fullmatch(line)
+                if len(line) <= MAX_LINE_BYTES and (line.isascii() or _utf8(line))
+                else None
+            )
             if match is not None:  # proven canonical and valid without decoding it
-                seq = int(match.group("seq"))
-                time = match.group("time").decode("ascii")
-                kind = matched_kind(line, match)
+                group = match.lastindex or 0
+                kind = kind_of[group]
+                seq_text, time_bytes = match.group(group + 2, group + 3)
+                seq = int(seq_text)
+                time = time_bytes.decode("ascii")
+                span = match.span(group + 1)
             else:
                 record = parse_record_line(line, store, run_id)
                 seq, time, kind = record.seq, record.time, record.kind
+                span = _mac_span(line)
             if seq != start + offset:
                 raise ChainError(
                     f"seq {seq} where {start + offset} was expected (record deleted, duplicated "
@@ -136,6 +151,7 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
         if not offset:
             verdict.first_time = time
         add_leaf(sha256(b"\x00" + line).digest())
+        add_span(span)
         kinds[kind] += 1
         if fold is not None and kind in _ARTIFACT_PREFIX:
             if match is not None:
@@ -154,7 +170,7 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
         if cut - start <= checked:
             verdict.cut_subtrees[cut] = prefix_subtrees(levels, cut - start)
     if task.mac_key is not None:
-        verdict.mac_mismatch = _first_mac_mismatch(task, checked)
+        verdict.mac_mismatch = _first_mac_mismatch(task, spans)
     return verdict
 
 
@@ -164,9 +180,10 @@ _ARTIFACT_PREFIX: Final = CAPTURED["lineage"]
 class _ArtifactsSeen:
     """A chunk's lineage writes and deletes, kept as the bytes the records spell.
 
-    A canonical line spells each string one way only, so a path's bytes are a faithful key;
-    only each path's last write is decoded, once, at the end (``summary``), instead of every
-    write's members.
+    A canonical line spells each string one way only, so a path's JSON text is a faithful key,
+    and a task's is compared with the merged tasks' texts. Only each path's last write is read
+    out (``summary``), and then as the JSON texts of its members: the reader decodes the few
+    it reports, never the writes that later ones replace.
     """
 
     __slots__ = ("last", "merged", "writes")
@@ -199,55 +216,58 @@ class _ArtifactsSeen:
 
     def summary(self) -> ArtifactFold:
         fold = ArtifactFold()
-        for path, count in self.writes.items():
-            fold.writes[json_string(path)] = count
+        writes = self.writes
         for path, last in self.last.items():
-            fold.latest[json_string(path)] = None if last is None else _write(*last)
+            fold.paths[path] = (writes.get(path, 0), None if last is None else _packed(*last))
         return fold
 
 
-def _write(seq: int, source: re.Match[bytes] | Mapping[str, Any]) -> Write:
+_WRITE_GROUPS: Final = tuple("w_" + name for name in WRITE_MEMBERS)
+
+
+def _packed(seq: int, source: re.Match[bytes] | Mapping[str, Any]) -> tuple[int, bytes]:
     if isinstance(source, re.Match):
-        group = source.group
-        return (
-            seq,
-            json_string(group("w_sha256")),
-            json_string(group("w_actor")),
-            json_string(group("w_task")),
-            int(group("w_step")),
-            json_string(group("w_model")),
-            json_string(group("w_mode")),
-        )
-    body = source
-    return (
-        seq,
-        body["sha256"],
-        body["actor"],
-        body["task"],
-        body["step"],
-        body["model"],
-        body["mode"],
-    )
+        return seq, pack_write(source.group(*_WRITE_GROUPS))
+    return seq, pack_write([canonical_bytes(source[name]) for name in WRITE_MEMBERS])
 
 
-def _first_mac_mismatch(task: ChunkTask, checked: int) -> int | None:
+def _utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _mac_span(line: bytes) -> tuple[int, int]:
+    """Where a parsed line's MAC hex sits (``split_mac``'s rule)."""
+    hex_start = line.rfind(_MAC_MEMBER) + len(_MAC_MEMBER)
+    return hex_start, hex_start + 64
+
+
+_MAC_MEMBER: Final = b',"mac":"'
+
+
+def _first_mac_mismatch(task: ChunkTask, spans: list[tuple[int, int]]) -> int | None:
     """Offset of the first of the checked records whose MAC does not chain, or None.
 
     Each MAC covers the previous record's MAC and the record's bytes without its own
-    ``mac`` member (``split_mac``); a keyed HMAC state is copied per record, not re-keyed.
+    ``,"mac":"<hex>"`` (``records.split_mac``); a keyed HMAC state is copied per record, not
+    re-keyed, and compared in constant time with the hex the line states.
     """
     prev = task.prev_mac
     if prev is None:
         return 0
     keyed = hmac.new(task.mac_key or b"", digestmod="sha256")
     compare = hmac.compare_digest
-    for offset in range(checked):
-        claimed, covered = split_mac(task.lines[offset])
+    cut = len(_MAC_MEMBER)
+    for offset, (line, (begin, end)) in enumerate(zip(task.lines, spans, strict=False)):
         state = keyed.copy()
         state.update(prev)
-        state.update(covered)
+        state.update(line[: begin - cut])
+        state.update(line[end + 1 :])
         expected = state.digest()
-        if not compare(expected.hex(), claimed):
+        if not compare(expected.hex().encode("ascii"), line[begin:end]):
             return offset
         prev = expected
     return None
