@@ -15,8 +15,9 @@ Choices, and why:
 * Two queues shared by all workers: a free worker takes the next chunk (no straggler waits
   for a busy one), and ``multiprocessing.Queue`` writes from a feeder thread, so neither side
   ever blocks on a full pipe while the other waits for it.
-* A bounded window of chunks in flight (``2 * workers + 2``), so memory stays flat whatever
-  the store's size; verdicts that arrive early wait in a small dict for their turn.
+* A bounded window of chunks in flight (``workers + 2``: about one in hand and one queued per
+  worker), so memory stays flat whatever the store's size; verdicts that arrive early wait in
+  a small dict for their turn.
 * A worker that dies or fails unexpectedly never hangs or changes a verdict: the reader
   checks its chunks itself (``check_chunk`` is deterministic), so the outcome, and any
   exception, is the one the in-process path gives.
@@ -93,7 +94,7 @@ class ChunkPool:
         self._processes: list[BaseProcess] = []
         self._next_tag = 0
         self._early: dict[int, ChunkVerdict | None] = {}
-        self.window = 2 * workers + 2
+        self.window = workers + 2
         for _ in range(workers):
             process = context.Process(
                 target=_work, args=(self._tasks, self._results), name="harness-verify-chunks"
