@@ -233,3 +233,20 @@ def test_property_bmp_documents_agree_with_rfc8785(value: dict[str, object]) -> 
         if other != canonical:
             with pytest.raises(CanonicalEncodingError):
                 parse_canonical(other)
+
+
+@given(
+    st.binary(max_size=40)
+    | st.lists(st.sampled_from([b'"', b"\\", b"a", b"\n", b"{"])).map(b"".join)
+)
+def test_json_string_pattern_is_the_plain_definition(data: bytes) -> None:
+    """The unrolled string pattern cuts strings exactly where one alternation per character
+    (``"(?:[^"\\]|\\.)*"``) does, so the nesting check skips the same bytes."""
+    import re
+
+    from harness.verify.canonical import _JSON_STRING
+
+    plain = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+    assert [m.span() for m in _JSON_STRING.finditer(data)] == [
+        m.span() for m in plain.finditer(data)
+    ]
