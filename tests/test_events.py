@@ -114,7 +114,7 @@ def refused(audit: list[Record], events: list[Record], words: str) -> None:
 
 def edit(records: list[Record], seq: int, **changes: Any) -> list[Record]:
     out = list(records)
-    out[seq] = dataclasses.replace(out[seq], body={**out[seq].body, **changes})
+    out[seq] = out[seq]._replace(body={**out[seq].body, **changes})
     return out
 
 
@@ -365,7 +365,7 @@ def test_a_cause_without_its_message_is_refused(lawful: tuple[list[Record], list
     refused(audit, [], "audit seq 2 (anomaly.test) has no P message")
     refused(audit, events[1:2], "audit seq 2 (anomaly.test) has no P message")
     refused(audit, events[:1], "audit seq 3 (bucket.template) has no I message")
-    twice = [*events[:1], dataclasses.replace(events[0], seq=1)]
+    twice = [*events[:1], events[0]._replace(seq=1)]
     refused(audit, twice, "a second message for audit seq 2")
 
 
@@ -374,7 +374,7 @@ def test_an_expiry_before_the_deadline_is_refused(
 ) -> None:
     audit, events = lawful
     early = list(events)
-    early[2] = dataclasses.replace(events[2], time=events[0].time)
+    early[2] = events[2]._replace(time=events[0].time)
     refused(audit, early, "before its deadline")
 
 
@@ -407,12 +407,10 @@ def test_expiring_what_was_answered_in_time_or_has_no_ttl_is_refused(tmp_path: P
     audit, events = run.records("audit"), run.records("events")
     assert [r.kind for r in events] == ["event.message", "event.message", "event.handled"]
     fold(audit, events)
-    late = dataclasses.replace(
-        events[0], time=rule.format_us(rule.time_us(events[0].time) + HOUR_US)
-    )
+    late = events[0]._replace(time=rule.format_us(rule.time_us(events[0].time) + HOUR_US))
     expire0 = Record("events", RUN, 2, late.time, "event.expired", {"message": 0}, "0" * 64)
     refused(audit, [*events[:2], expire0], "answered it in time")
-    expire1 = dataclasses.replace(expire0, body={"message": 1})
+    expire1 = expire0._replace(body={"message": 1})
     refused(audit, [*events[:2], expire1], "has no TTL (ttl_ms 0) but expires")
 
 
@@ -437,7 +435,7 @@ def test_the_bus_may_lag_behind_an_unended_audit_store_only(tmp_path: Path) -> N
     run2.audit(failed("t1"), failed("t2"))
     audit2, events2 = run2.records("audit"), run2.records("events")
     refused(audit2, events2[1:], "audit seq 2 (anomaly.test) has no P message")
-    refused(audit2, [events2[1], dataclasses.replace(events2[0], seq=1)], "publishes in the audit")
+    refused(audit2, [events2[1], events2[0]._replace(seq=1)], "publishes in the audit")
 
 
 def test_a_damaged_time_never_raises() -> None:

@@ -70,8 +70,12 @@ def real_pool(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(params=[4, 2048], ids=["chunks-of-4", "chunks-of-2048"])
 def chunk_records(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Chunk capacity for the test (the workers are forked after it is set)."""
+    """Chunk capacity for the test (the workers are forked after it is set). Chunks of 4 take
+    the canonical grammar (as big stores do), chunks of 2048 of these small stores decode
+    their lines (as small bundles do)."""
     monkeypatch.setattr(storechunk, "MAX_CHUNK_RECORDS", request.param)
+    if request.param == 4:
+        monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", 1)
     return int(request.param)
 
 

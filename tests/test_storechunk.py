@@ -15,13 +15,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from harness.verify import storechunk
 from harness.verify.canonical import canonical_bytes
-from harness.verify.errors import SchemaError, VerificationError
+from harness.verify.errors import ChainError, SchemaError, VerificationError
 from harness.verify.merkle import (
     CompactRange,
     leaf_hash,
@@ -36,6 +37,7 @@ from harness.verify.records import (
     json_string,
     match_facts,
     parse_record_line,
+    split_mac,
 )
 from harness.verify.storecheck import chunks_from_lines, chunks_from_stream, iter_store_lines
 from harness.verify.storechunk import chunk_capacity
@@ -335,3 +337,175 @@ def test_every_typed_kind_takes_the_grammar() -> None:
             assert (canonical_line_match(line, store, "run-1") is not None) is typed, line
             seen += typed
     assert seen >= 4
+
+
+# ---------------------------------------------------------------------------- check_chunk
+
+MASTER = bytes(range(32))
+
+
+@pytest.fixture(scope="module")
+def lineage_lines(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+    """40 lineage records by the real writer: writes over 7 paths (one with escapes), a
+    delete, and one write whose step needs the strict decoder (16 digits)."""
+    from harness.receipts.store import StoreWriter
+
+    path = tmp_path_factory.mktemp("chunk") / "lineage.jsonl"
+    with StoreWriter(path, store="lineage", run_id="run-1", hmac_master=MASTER) as writer:
+        for index in range(40):
+            body = {
+                "actor": "agent",
+                "model": None if index % 2 else "m",
+                "mode": "100644",
+                "parents": [],
+                "parent_mode": None,
+                "path": f"p{index % 7}" if index % 5 else 'q"\\\t',
+                "sha256": f"{index:064x}",
+                "step": 10**15 + index if index == 17 else index,
+                "task": "t1" if index % 3 else "t2",
+            }
+            if index == 30:
+                body = {key: body[key] for key in ("path", "parents", "parent_mode", "actor",
+                                                   "task", "step", "model")}  # fmt: skip
+                writer.append("artifact.delete", body)
+            else:
+                writer.append("artifact.write", body)
+    return path.read_bytes().splitlines()
+
+
+@pytest.fixture(params=[1, 10_000], ids=["grammar", "decoded"])
+def path_taken(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Each check_chunk test twice: lines proven by the canonical grammar, and decoded (the
+    path chunks of fewer than GRAMMAR_MIN_LINES lines take)."""
+    monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", request.param)
+    return int(request.param)
+
+
+def _task(lines: list[bytes], start: int = 0, **extra: Any) -> storechunk.ChunkTask:
+    from harness.verify.chain import GENESIS_MAC, derive_store_key
+
+    options: dict[str, Any] = {
+        "mac_key": derive_store_key(MASTER, "lineage", "run-1"),
+        "prev_mac": GENESIS_MAC if start == 0 else bytes.fromhex(split_mac(lines[start - 1])[0]),
+        **extra,
+    }
+    return storechunk.ChunkTask("lineage", "run-1", start, lines[start:], **options)
+
+
+def test_check_chunk_of_a_valid_store(lineage_lines: list[bytes], path_taken: int) -> None:
+    from harness.verify.lineage import FinalArtifacts
+
+    verdict = storechunk.check_chunk(_task(lineage_lines, cuts=(5, 40), artifacts=(None,)))
+    assert (verdict.checked, verdict.error, verdict.mac_mismatch) == (40, None, None)
+    records = [parse_record_line(line, "lineage", "run-1") for line in lineage_lines]
+    assert verdict.first_time == records[0].time
+    assert verdict.last_time == records[-1].time
+    assert verdict.kinds == {"artifact.write": 39, "artifact.delete": 1}
+    roots = _one_pass_roots([leaf_hash(line) for line in lineage_lines])
+    joined = CompactRange()
+    for height, root in verdict.subtrees:
+        joined.append_subtree(height, root)
+    assert joined.root() == roots[40]
+    for cut in (5, 40):
+        ahead = CompactRange()
+        for height, root in verdict.cut_subtrees[cut]:
+            ahead.append_subtree(height, root)
+        assert ahead.root() == roots[cut]
+    assert verdict.artifacts is not None
+    folded, direct = FinalArtifacts(), FinalArtifacts()
+    folded.join(verdict.artifacts)
+    for record in records:
+        direct.apply(record.kind, record.seq, record.body)
+    assert folded.final() == direct.final()
+    assert len(direct.final()) == 8  # p0..p6 and the escaped path, written again after its delete
+
+
+@pytest.mark.parametrize("merged", [frozenset({"t1"}), frozenset({'q"'}), frozenset()])
+def test_check_chunk_fold_keeps_only_merged_tasks(
+    lineage_lines: list[bytes], merged: frozenset[str], path_taken: int
+) -> None:
+    from harness.verify.lineage import FinalArtifacts
+
+    for start in (0, 8, 32):
+        verdict = storechunk.check_chunk(_task(lineage_lines, start, artifacts=(merged,)))
+        assert verdict.artifacts is not None
+        folded, direct = FinalArtifacts(merged), FinalArtifacts(merged)
+        folded.join(verdict.artifacts)
+        for line in lineage_lines[start:]:
+            record = parse_record_line(line, "lineage", "run-1")
+            direct.apply(record.kind, record.seq, record.body)
+        assert folded.final() == direct.final()
+
+
+def test_check_chunk_from_the_middle(lineage_lines: list[bytes], path_taken: int) -> None:
+    verdict = storechunk.check_chunk(_task(lineage_lines, 16, cuts=(20,)))
+    assert (verdict.checked, verdict.error, verdict.mac_mismatch) == (24, None, None)
+    assert list(verdict.cut_subtrees) == [20]
+    assert [height for height, _ in verdict.cut_subtrees[20]] == [2]
+    assert [height for height, _ in verdict.subtrees] == [4, 3]
+    shifted = storechunk.check_chunk(
+        storechunk.ChunkTask("lineage", "run-1", 15, lineage_lines[16:])
+    )
+    assert shifted.checked == 0
+    assert shifted.error == (ChainError, "seq 16 where 15 was expected (record deleted, "
+                             "duplicated or reordered)", 16)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("position", "edit", "error", "seq"),
+    [
+        (9, lambda r: r.update(seq=99), ChainError, 99),
+        (9, lambda r: r.update(time="2000-01-01T00:00:00.000000Z"), ChainError, 9),
+        (9, lambda r: r["body"].update(step=-1), SchemaError, None),
+        (17, lambda r: r["body"].update(step="x"), SchemaError, None),
+        (0, lambda r: r.update(run="run-2"), SchemaError, None),
+    ],
+)
+def test_check_chunk_stops_at_the_first_bad_record(
+    lineage_lines: list[bytes],
+    position: int,
+    edit: Any,
+    error: type,
+    seq: int | None,
+    path_taken: int,
+) -> None:
+    lines = list(lineage_lines)
+    record = orjson.loads(lines[position])
+    edit(record)
+    lines[position] = canonical_bytes(record)
+    verdict = storechunk.check_chunk(_task(lines, cuts=(3, 12), artifacts=(None,)))
+    assert verdict.checked == position
+    assert verdict.error is not None
+    assert verdict.error[0] is error
+    assert verdict.error[2] == seq
+    if error is SchemaError:  # the strict decoder's own message
+        with pytest.raises(SchemaError) as raised:
+            parse_record_line(lines[position], "lineage", "run-1")
+        assert verdict.error[1] == str(raised.value)
+    else:
+        assert verdict.error[1].startswith(("seq 99 where 9 was expected", "time 2000-01-01"))
+    assert all(cut <= position for cut in verdict.cut_subtrees)
+    assert verdict.kinds.total() == position
+
+
+def test_check_chunk_mac_mismatches(lineage_lines: list[bytes], path_taken: int) -> None:
+    from harness.verify.chain import derive_store_key
+
+    lines = list(lineage_lines)
+    record = orjson.loads(lines[12])
+    record["mac"] = "0" * 64
+    lines[12] = canonical_bytes(record)
+    assert storechunk.check_chunk(_task(lines)).mac_mismatch == 12
+    assert storechunk.check_chunk(_task(lineage_lines, prev_mac=None)).mac_mismatch == 0
+    other = derive_store_key(MASTER, "audit", "run-1")
+    assert storechunk.check_chunk(_task(lineage_lines, mac_key=other)).mac_mismatch == 0
+    assert storechunk.check_chunk(_task(lineage_lines, 17)).mac_mismatch is None  # slow path
+    wrong_prev = storechunk.check_chunk(_task(lineage_lines, 18, prev_mac=bytes(32)))
+    assert wrong_prev.mac_mismatch == 0
+    assert storechunk.check_chunk(_task(lineage_lines, mac_key=None)).mac_mismatch is None
+
+
+def test_chunk_capacity() -> None:
+    assert [chunk_capacity(start) for start in (0, 1, 2, 6, 8, 2048, 4096 + 512)] == [
+        2048, 1, 2, 2, 8, 2048, 512,
+    ]  # fmt: skip

@@ -39,6 +39,8 @@ from .records import (
 MAX_CHUNK_RECORDS: Final = 2048
 """Records per chunk at most (a power of two): large enough that a chunk's fixed costs
 (a task's transfer, a verdict) vanish per record, small enough to keep memory flat."""
+GRAMMAR_MIN_LINES: Final = 256
+"""Chunks with fewer lines are checked without the regular expressions (same verdicts)."""
 MAX_CHUNK_BYTES: Final = 1 << 20
 """A chunk is cut smaller (to a smaller power of two) rather than exceed this many bytes,
 unless one record alone is larger."""
@@ -108,8 +110,12 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
     """
     verdict = ChunkVerdict()
     store, run_id, start = task.store, task.run_id, task.start
-    grammar = canonical_grammar(store, run_id)
-    fullmatch, kind_of = grammar.pattern.fullmatch, grammar.kinds
+    # A few lines are cheaper decoded than the store's grammars compiled (a small bundle's
+    # whole verification would pay for them).
+    fast = len(task.lines) >= GRAMMAR_MIN_LINES
+    grammar = canonical_grammar(store, run_id) if fast else None
+    fullmatch = grammar.pattern.fullmatch if grammar else _no_match
+    kind_of = grammar.kinds if grammar else {}
     leaves: list[bytes] = []
     add_leaf = leaves.append
     spans: list[tuple[int, int]] = []
@@ -134,7 +140,7 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
                 time = time_bytes.decode("ascii")
                 span = match.span(group + 1)
             else:
-                record = parse_record_line(line, store, run_id)
+                record = parse_record_line(line, store, run_id, fast=fast)
                 seq, time, kind = record.seq, record.time, record.kind
                 span = _mac_span(line)
             if seq != start + offset:
@@ -229,6 +235,10 @@ def _packed(seq: int, source: re.Match[bytes] | Mapping[str, Any]) -> tuple[int,
     if isinstance(source, re.Match):
         return seq, pack_write(source.group(*_WRITE_GROUPS))
     return seq, pack_write([canonical_bytes(source[name]) for name in WRITE_MEMBERS])
+
+
+def _no_match(line: bytes) -> None:
+    return None
 
 
 def _utf8(line: bytes) -> bool:

@@ -26,19 +26,21 @@ Choices, and why:
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import queue
 import signal
 import threading
 from collections import deque
 from collections.abc import Iterator
-from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from .errors import VerificationError
 from .storechunk import ChunkTask, ChunkVerdict, check_chunk
+
+if TYPE_CHECKING:  # imported when a pool starts: small bundles never pay for it
+    import multiprocessing
+    from multiprocessing.process import BaseProcess
 
 POLL_SECONDS: Final = 0.5
 """How often the reader, waiting for a verdict, checks that the workers are still alive."""
@@ -88,6 +90,8 @@ class ChunkPool:
     """
 
     def __init__(self, workers: int) -> None:
+        import multiprocessing
+
         context = multiprocessing.get_context("fork")
         self._tasks: multiprocessing.Queue[tuple[int, ChunkTask] | None] = context.Queue()
         self._results: multiprocessing.Queue[_Result] = context.Queue()
@@ -110,6 +114,8 @@ class ChunkPool:
         other threads running (a fork would copy their locks, possibly held)."""
         if workers < 2 or (threading.active_count() > 1 and not FORK_WITH_THREADS):
             return None
+        import multiprocessing
+
         if "fork" not in multiprocessing.get_all_start_methods():
             return None
         return cls(workers)
