@@ -52,6 +52,7 @@ class RunSemantics:
     policy: PolicyCheck | None = None
     checks: list[RunCheck] = field(default_factory=list)
     """Further folds over the same records (``harness.verify.runchecks``: locks, budgets…)."""
+    _sorted: tuple[int, list[EventsReader], list[ReplayReader]] | None = None
 
     def _task(self, name: str, where: str) -> _Task:
         task = self.tasks.get(name)
@@ -136,15 +137,25 @@ class RunSemantics:
 
     def events(self, record: Record, where: str) -> None:
         """An events store record: only the checks that read the bus see them."""
-        for check in self.checks:
-            if isinstance(check, EventsReader):
-                check.events(record, where)
+        for check in self._readers()[0]:
+            check.events(record, where)
 
     def replay(self, record: Record, where: str) -> None:
         """A replay store record: only the checks that read it see them (model exchanges)."""
-        for check in self.checks:
-            if isinstance(check, ReplayReader):
-                check.replay(record, where)
+        for check in self._readers()[1]:
+            check.replay(record, where)
+
+    def _readers(self) -> tuple[list[EventsReader], list[ReplayReader]]:
+        """The checks that read the events and the replay store, sorted out once: an
+        ``isinstance`` against a runtime-checkable protocol per record per check cost a fifth
+        of a large bundle's verification."""
+        cached = self._sorted
+        if cached is None or cached[0] != len(self.checks):
+            events: list[EventsReader] = [c for c in self.checks if isinstance(c, EventsReader)]
+            replay: list[ReplayReader] = [c for c in self.checks if isinstance(c, ReplayReader)]
+            cached = (len(self.checks), events, replay)
+            self._sorted = cached
+        return cached[1], cached[2]
 
     def lineage(self, record: Record, where: str) -> None:
         if self.policy is not None:
