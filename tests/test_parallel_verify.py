@@ -26,7 +26,7 @@ import pytest
 from harness.receipts.bundle import export_bundle
 from harness.receipts.checkpoint import format_checkpoint_body
 from harness.receipts.run import RunRecorder
-from harness.verify import storechunk, storepool
+from harness.verify import runreceipts, storechunk, storepool
 from harness.verify.bundle import verify_bundle
 from harness.verify.layout import checkpoint_member
 from harness.verify.merkle import CompactRange, leaf_hash
@@ -74,8 +74,10 @@ def chunk_records(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     the canonical grammar (as big stores do), chunks of 2048 of these small stores decode
     their lines (as small bundles do)."""
     monkeypatch.setattr(storechunk, "MAX_CHUNK_RECORDS", request.param)
-    if request.param == 4:
+    if request.param == 4:  # and receipts checked by the workers, three at a time
         monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", 1)
+        monkeypatch.setattr(runreceipts, "PARALLEL_MIN_RECEIPTS", 1)
+        monkeypatch.setattr(runreceipts, "RECEIPT_BATCH", 3)
     return int(request.param)
 
 
@@ -300,20 +302,23 @@ def test_a_dead_worker_changes_nothing(base: bytes, monkeypatch: pytest.MonkeyPa
 def test_a_worker_failure_is_rechecked_here(base: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """A chunk a worker cannot check (any exception) is checked by the reader: same report."""
     monkeypatch.setattr(storechunk, "MAX_CHUNK_RECORDS", 4)
-    parent = os.getpid()
-    real = storepool.check_chunk
-
-    def flaky(task: storechunk.ChunkTask) -> storechunk.ChunkVerdict:
-        if os.getpid() != parent and task.start % 8 == 4:
-            raise MemoryError("worker out of memory")
-        return real(task)
-
-    monkeypatch.setattr(storepool, "check_chunk", flaky)
+    monkeypatch.setattr(_Flaky, "parent", os.getpid())
     for data in (base, _tampered(base, TAMPERS["time-earlier"](20), "lineage")):
-        monkeypatch.setattr(storepool, "check_chunk", real)
         expected = _report(data, 1)
-        monkeypatch.setattr(storepool, "check_chunk", flaky)
+        monkeypatch.setattr(storepool, "check_chunk", _flaky_check_chunk)
         assert _report(data, 2) == expected
+        monkeypatch.setattr(storepool, "check_chunk", storechunk.check_chunk)
+
+
+class _Flaky:
+    parent = 0
+
+
+def _flaky_check_chunk(task: storechunk.ChunkTask) -> storechunk.ChunkVerdict:
+    """Module level, so a worker gets it by name: fails in workers on every other chunk."""
+    if os.getpid() != _Flaky.parent and task.start % 8 == 4:
+        raise MemoryError("worker out of memory")
+    return storechunk.check_chunk(task)
 
 
 def test_cli_jobs_option(base: bytes, tmp_path: Path) -> None:
@@ -337,3 +342,21 @@ def test_cli_jobs_option(base: bytes, tmp_path: Path) -> None:
     refused = run("--jobs", "0")
     assert refused.returncode == 2
     assert "--jobs" in refused.stderr
+
+
+def test_tampered_receipts_same_verdict_in_parallel(base: bytes, chunk_records: int) -> None:
+    """Each receipt edited in turn (the manifest re-signed around it): the receipts check
+    names the same receipt, checked in worker batches or one by one."""
+    bundle = Bundle.from_tar(base, KEYS)
+    names = sorted(name for name in bundle.members if "/receipts/" in name)
+    assert len(names) >= 9
+    for name in names:
+        tampered = bundle.copy()
+        receipt = orjson.loads(tampered.members[name])
+        receipt["leaf_index"] += 1
+        tampered.members[name] = orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)
+        data = tampered.resign()
+        sequential = _report(data, 1)
+        assert sequential[1] != 0, name
+        assert name in sequential[0]
+        assert _report(data, 2) == sequential, name

@@ -554,6 +554,7 @@ class _Pass:
                     run.results,
                     self.signer,
                     self.manifest.producer if self.manifest else "",
+                    self.pool,
                 )
             except VerificationError as exc:
                 self.fail("receipts", exc)

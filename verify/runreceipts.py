@@ -17,8 +17,9 @@ the receipts-list mismatch, which concerns the manifest's run claim (verifier.md
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -129,8 +130,12 @@ def check_run_receipts(
     stores: Mapping[str, StoreResult],
     signer: str,
     producer: str,
+    pool: ReceiptPool | None = None,
 ) -> int:
-    """Verify one run's receipts and attestations; returns how many objects were checked."""
+    """Verify one run's receipts and attestations; returns how many objects were checked.
+
+    With ``pool`` (``storepool.ChunkPool``), a run's many receipts are checked in batches by
+    its worker processes; the first failure in artifact order is the one raised, as here."""
     lineage = stores["lineage"]
     finals = lineage.artifacts.final()
     seqs = tuple(sorted(artifact.seq for artifact in finals))
@@ -140,9 +145,12 @@ def check_run_receipts(
             f"the lineage store's final artifacts are records {list(seqs)[:8]}"
         )
     sealing = read(checkpoint_member(run.run, "lineage", lineage.size), 64 << 10)
-    memo = ReceiptMemo()  # the run's receipts share one checkpoint note: opened once
-    for artifact in finals:
-        _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo)
+    if pool is not None and len(finals) >= PARALLEL_MIN_RECEIPTS:
+        _check_receipts_in(pool, read, run.run, finals, lineage, sealing, signer)
+    else:
+        memo = ReceiptMemo()  # the run's receipts share one checkpoint note: opened once
+        for artifact in finals:
+            _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo)
     if not finals:
         return 0  # no subject, no attestations (see harness.receipts.bundle)
     public = Ed25519PublicKey.from_public_bytes(parse_verifier_key(signer).public_key)
@@ -186,9 +194,23 @@ def _check_receipt(
     signer: str,
     memo: ReceiptMemo | None = None,
 ) -> None:
+    data = read(receipt_member(run_id, artifact.seq), MAX_RECEIPT_BYTES)
+    _check_receipt_bytes(data, run_id, artifact, lineage.size, lineage.root, sealing, signer, memo)
+
+
+def _check_receipt_bytes(
+    data: bytes,
+    run_id: str,
+    artifact: FinalArtifact,
+    size: int,
+    root: bytes,
+    sealing: bytes,
+    signer: str,
+    memo: ReceiptMemo | None,
+) -> None:
     member = receipt_member(run_id, artifact.seq)
     try:
-        receipt = verify_receipt(read(member, MAX_RECEIPT_BYTES), signer=signer, memo=memo)
+        receipt = verify_receipt(data, signer=signer, memo=memo)
     except ArchiveError:
         raise
     except VerificationError as exc:
@@ -198,9 +220,9 @@ def _check_receipt(
         for what, ok in (
             ("run", receipt.run == run_id),
             ("leaf index", receipt.leaf_index == artifact.seq),
-            ("tree size", receipt.tree_size == lineage.size),
+            ("tree size", receipt.tree_size == size),
             ("sealing checkpoint", receipt.checkpoint_note == sealing),
-            ("root", receipt.root == lineage.root),
+            ("root", receipt.root == root),
             ("path", receipt.path == artifact.path),
             ("sha256", receipt.sha256 == artifact.sha256),
         )
@@ -212,6 +234,84 @@ def _check_receipt(
             f"({', '.join(problems)})",
             member=member,
         )
+
+
+PARALLEL_MIN_RECEIPTS: Final = 64
+"""Fewer receipts are checked in-process: sending them would cost more than it saves."""
+RECEIPT_BATCH: Final = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptBatch:
+    """Receipts of one run for a worker: each with its final artifact, and what they must
+    match (the lineage log's size and root, its sealing checkpoint note, the signer)."""
+
+    run_id: str
+    items: list[tuple[FinalArtifact, bytes]]
+    size: int
+    root: bytes
+    sealing: bytes
+    signer: str
+
+
+Failure = tuple[type[VerificationError], str, str | None]
+
+
+def check_receipt_batch(batch: ReceiptBatch) -> Failure | None:
+    """The first failure among a batch's receipts, in order (class, message, member), or None."""
+    memo = ReceiptMemo()
+    for artifact, data in batch.items:
+        try:
+            _check_receipt_bytes(
+                data, batch.run_id, artifact, batch.size, batch.root, batch.sealing,
+                batch.signer, memo,
+            )  # fmt: skip
+        except VerificationError as exc:
+            return type(exc), str(exc), exc.member
+    return None
+
+
+class ReceiptPool(Protocol):
+    """What the receipts check needs of a worker pool (``storepool.ChunkPool.map``)."""
+
+    def map(
+        self,
+        job: Callable[[ReceiptBatch], Failure | None],
+        payloads: Iterator[ReceiptBatch],
+    ) -> Iterator[tuple[ReceiptBatch, Failure | None]]: ...
+
+
+def _check_receipts_in(
+    pool: ReceiptPool,
+    read: ReadSmall,
+    run_id: str,
+    finals: list[FinalArtifact],
+    lineage: StoreResult,
+    sealing: bytes,
+    signer: str,
+) -> None:
+    """The receipts in batches on the pool. Read in order here first: a read error at one
+    receipt is raised only if no receipt before it fails, as the one-by-one loop does."""
+    items: list[tuple[FinalArtifact, bytes]] = []
+    unread: ArchiveError | None = None
+    for artifact in finals:
+        try:
+            items.append((artifact, read(receipt_member(run_id, artifact.seq), MAX_RECEIPT_BYTES)))
+        except ArchiveError as exc:
+            unread = exc
+            break
+    batches = (
+        ReceiptBatch(
+            run_id, items[at : at + RECEIPT_BATCH], lineage.size, lineage.root, sealing, signer
+        )
+        for at in range(0, len(items), RECEIPT_BATCH)
+    )
+    for _, failure in pool.map(check_receipt_batch, batches):
+        if failure is not None:
+            kind, message, member = failure
+            raise kind(message, member=member)
+    if unread is not None:
+        raise unread
 
 
 def _check_subjects(member: str, statement: Statement, finals: list[FinalArtifact]) -> None:

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import queue
 import signal
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .errors import VerificationError
 from .storechunk import ChunkTask, ChunkVerdict, check_chunk
@@ -52,7 +53,12 @@ FORK_WITH_THREADS = False
 channel) hold no lock the workers could need; a verifier inside a threaded program stays on one
 process."""
 
-_Result = tuple[int, ChunkVerdict | None]
+P = TypeVar("P")
+R = TypeVar("R")
+
+_Result = tuple[int, bool, object]
+"""(tag, done, outcome): ``done`` False when the job raised (the reader runs it again)."""
+_Task = tuple[int, "Callable[[Any], object]", object]
 
 
 def usable_cores() -> int:
@@ -64,28 +70,29 @@ def usable_cores() -> int:
 
 
 def _work(
-    tasks: multiprocessing.Queue[tuple[int, ChunkTask] | None],
-    results: multiprocessing.Queue[_Result],
+    tasks: multiprocessing.Queue[_Task | None], results: multiprocessing.Queue[_Result]
 ) -> None:
-    """A worker's loop: check chunks until told to stop; ``None`` for a chunk it failed on.
+    """A worker's loop: run jobs until told to stop; a job that raised is reported undone.
 
     Ctrl-C is the reader's to handle (it reaches the whole process group): a worker ignores it
     and is stopped by the reader, or ends with it as a daemon.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while (item := tasks.get()) is not None:
-        tag, task = item
+        tag, job, payload = item
         try:
-            verdict: ChunkVerdict | None = check_chunk(task)
-        except BaseException:  # the reader re-checks the chunk and meets the same failure
-            verdict = None
-        results.put((tag, verdict))
+            outcome = job(payload)
+        except BaseException:  # the reader runs the job again and meets the same failure
+            results.put((tag, False, None))
+        else:
+            results.put((tag, True, outcome))
 
 
 class ChunkPool:
     """Chunk checks in ``workers`` forked processes, verdicts handed back in chunk order.
 
-    Use as a context manager; call it (a ``storecheck.ChunkRunner``) once per store.
+    Use as a context manager; call it (a ``storecheck.ChunkRunner``) once per store, or
+    ``map`` another job (the receipts check) over its payloads.
     ``ChunkPool.start`` returns None where a pool cannot be used safely.
     """
 
@@ -93,11 +100,11 @@ class ChunkPool:
         import multiprocessing
 
         context = multiprocessing.get_context("fork")
-        self._tasks: multiprocessing.Queue[tuple[int, ChunkTask] | None] = context.Queue()
+        self._tasks: multiprocessing.Queue[_Task | None] = context.Queue()
         self._results: multiprocessing.Queue[_Result] = context.Queue()
         self._processes: list[BaseProcess] = []
         self._next_tag = 0
-        self._early: dict[int, ChunkVerdict | None] = {}
+        self._early: dict[int, tuple[bool, object]] = {}
         self.window = workers + 2
         for _ in range(workers):
             process = context.Process(
@@ -149,47 +156,58 @@ class ChunkPool:
     def __call__(
         self, tasks: Iterator[ChunkTask | VerificationError]
     ) -> Iterator[tuple[ChunkTask, ChunkVerdict] | VerificationError]:
-        """Yield each task with its verdict in order; an error item passes through, last."""
-        self._early.clear()  # verdicts of an earlier store whose check stopped
-        pending: deque[tuple[int, ChunkTask]] = deque()
-        final: VerificationError | None = None
-        for task in tasks:
-            if isinstance(task, VerificationError):
-                final = task
-                break
+        """Yield each chunk with its verdict in order; an error item passes through, last."""
+        final: list[VerificationError] = []
+
+        def chunks() -> Iterator[ChunkTask]:
+            for task in tasks:
+                if isinstance(task, VerificationError):
+                    final.append(task)
+                    return
+                yield task
+
+        yield from self.map(check_chunk, chunks())
+        yield from final
+
+    def map(self, job: Callable[[P], R], payloads: Iterator[P]) -> Iterator[tuple[P, R]]:
+        """``(payload, job(payload))`` for each payload, in order, the jobs run by the workers
+        (a module-level ``job``: it is sent by name). A job no worker could run (it raised, or
+        its worker died) is run here, so its outcome, or exception, is the in-process one."""
+        pickle.dumps(job)  # a job the queue's feeder thread cannot send would never return
+        self._early.clear()  # outcomes of an earlier call that stopped early
+        pending: deque[tuple[int, P]] = deque()
+        for payload in payloads:
             if self.broken:
-                pending.append((-1, task))
+                pending.append((-1, payload))
             else:
                 tag = self._next_tag
                 self._next_tag += 1
-                self._tasks.put((tag, task))
-                pending.append((tag, task))
+                self._tasks.put((tag, job, payload))
+                pending.append((tag, payload))
             while len(pending) >= self.window:
-                yield self._take(pending.popleft())
+                yield self._take(job, pending.popleft())
         while pending:
-            yield self._take(pending.popleft())
-        if final is not None:
-            yield final
+            yield self._take(job, pending.popleft())
 
-    def _take(self, item: tuple[int, ChunkTask]) -> tuple[ChunkTask, ChunkVerdict]:
-        tag, task = item
-        verdict = self._wait(tag) if tag >= 0 else None
-        if verdict is None:  # no worker could check it: check it here, with the same outcome
-            verdict = check_chunk(task)
-        return task, verdict
+    def _take(self, job: Callable[[P], R], item: tuple[int, P]) -> tuple[P, R]:
+        tag, payload = item
+        done, outcome = self._wait(tag) if tag >= 0 else (False, None)
+        if not done:  # no worker could run it: run it here, with the same outcome
+            return payload, job(payload)
+        return payload, outcome  # type: ignore[return-value]  # job(payload), in a worker
 
-    def _wait(self, tag: int) -> ChunkVerdict | None:
-        """The verdict of chunk ``tag``; verdicts of later chunks are kept, of abandoned
-        earlier ones (a store whose check stopped) dropped."""
+    def _wait(self, tag: int) -> tuple[bool, object]:
+        """The outcome of job ``tag``; outcomes of later jobs are kept, of abandoned earlier
+        ones (a store whose check stopped) dropped."""
         while tag not in self._early:
             if self.broken:
-                return None
+                return False, None
             try:
-                got, verdict = self._results.get(timeout=POLL_SECONDS)
+                got, done, outcome = self._results.get(timeout=POLL_SECONDS)
             except queue.Empty:
                 if not all(process.is_alive() for process in self._processes):
                     self.broken = True
                 continue
             if got >= tag:
-                self._early[got] = verdict
+                self._early[got] = (done, outcome)
         return self._early.pop(tag)
