@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .canonical import canonical_bytes
+from .chain import _keyed_hmac
 from .errors import ChainError, VerificationError
 from .lineage import WRITE_MEMBERS, ArtifactFold, pack_write
 from .merkle import prefix_subtrees, subtree_levels
@@ -200,10 +201,10 @@ class _ArtifactsSeen:
         self.writes: dict[bytes, int] = {}
 
     def matched(self, kind: str, seq: int, match: re.Match[bytes]) -> None:
-        prefix = _ARTIFACT_PREFIX[kind]
-        if self.merged is not None and match.group(prefix + "task") not in self.merged:
+        task_group, path_group = _TASK_PATH_GROUPS[kind]
+        if self.merged is not None and match.group(task_group) not in self.merged:
             return
-        path = match.group(prefix + "path")
+        path = match.group(path_group)
         if kind == "artifact.write":
             self.writes[path] = self.writes.get(path, 0) + 1
             self.last[path] = (seq, match)
@@ -229,6 +230,9 @@ class _ArtifactsSeen:
 
 
 _WRITE_GROUPS: Final = tuple("w_" + name for name in WRITE_MEMBERS)
+_TASK_PATH_GROUPS: Final = {
+    kind: (prefix + "task", prefix + "path") for kind, prefix in _ARTIFACT_PREFIX.items()
+}
 
 
 def _packed(seq: int, source: re.Match[bytes] | Mapping[str, Any]) -> tuple[int, bytes]:
@@ -268,7 +272,7 @@ def _first_mac_mismatch(task: ChunkTask, spans: list[tuple[int, int]]) -> int | 
     prev = task.prev_mac
     if prev is None:
         return 0
-    keyed = hmac.new(task.mac_key or b"", digestmod="sha256")
+    keyed = _keyed_hmac(task.mac_key or b"")  # OpenSSL's object: no Python frame per call
     compare = hmac.compare_digest
     cut = len(_MAC_MEMBER)
     for offset, (line, (begin, end)) in enumerate(zip(task.lines, spans, strict=False)):

@@ -26,6 +26,7 @@ Choices, and why:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import queue
@@ -78,6 +79,7 @@ def _work(
     and is stopped by the reader, or ends with it as a daemon.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.freeze()  # the reader's objects, inherited: never traversed (nor their pages copied)
     while (item := tasks.get()) is not None:
         tag, job, payload = item
         try:
