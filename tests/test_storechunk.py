@@ -509,3 +509,32 @@ def test_chunk_capacity() -> None:
     assert [chunk_capacity(start) for start in (0, 1, 2, 6, 8, 2048, 4096 + 512)] == [
         2048, 1, 2, 2, 8, 2048, 512,
     ]  # fmt: skip
+
+
+def test_check_chunk_error_at_seq_zero_names_it(
+    lineage_lines: list[bytes], path_taken: int
+) -> None:
+    """A record read as seq 0 where another was expected: the error carries seq 0."""
+    verdict = storechunk.check_chunk(storechunk.ChunkTask("lineage", "run-1", 4, lineage_lines[:3]))
+    assert verdict.checked == 0
+    assert verdict.error is not None
+    assert verdict.error[2] == 0
+
+
+def test_check_chunk_fold_of_a_delete_alone(lineage_lines: list[bytes], path_taken: int) -> None:
+    """A chunk that deletes a path it does not write (written in an earlier chunk): the
+    joined state is the record-by-record one."""
+    from harness.verify.lineage import FinalArtifacts
+
+    direct = FinalArtifacts()
+    for line in lineage_lines:
+        record = parse_record_line(line, "lineage", "run-1")
+        direct.apply(record.kind, record.seq, record.body)
+    joined = FinalArtifacts()
+    for start, stop in ((0, 26), (26, 34), (34, 40)):  # the delete (30) alone with its path
+        task = _task(lineage_lines[:stop], start, artifacts=(None,))
+        verdict = storechunk.check_chunk(task)
+        assert verdict.checked == stop - start
+        assert verdict.artifacts is not None
+        joined.join(verdict.artifacts)
+    assert joined.final() == direct.final()
