@@ -259,14 +259,36 @@ def _line_pattern(store: str, run: str) -> re.Pattern[bytes]:
     return re.compile(
         rb'\{"body":(?:'
         + b"|".join(alternatives)
-        + rb'),"mac":"[0-9a-f]{64}","run":"'
-        + re.escape(run.encode())
-        + rb'","seq":(?:0|[1-9][0-9]*),"store":"'
-        + store.encode()
-        + rb'","time":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z","v":'
-        + str(RECORD_VERSION).encode()
-        + rb"\}",
+        + b"),"
+        + _envelope_tail(store, run, rb"(?:0|[1-9][0-9]*)", groups=False),
         re.DOTALL,
+    )
+
+
+_TIME_PATTERN: Final = rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z"
+
+
+def _envelope_tail(store: str, run: str, seq: bytes, *, groups: bool) -> bytes:
+    """The members after ``kind``, exactly: mac, run, seq, store, time, v (with ``groups``,
+    the MAC's hex, the seq and the time each in a capturing group, in that order)."""
+
+    def group(pattern: bytes) -> bytes:
+        return b"(" + pattern + b")" if groups else pattern
+
+    return (
+        rb'"mac":"'
+        + group(rb"[0-9a-f]{64}")
+        + rb'","run":"'
+        + re.escape(run.encode())
+        + rb'","seq":'
+        + group(seq)
+        + rb',"store":"'
+        + store.encode()
+        + rb'","time":"'
+        + group(_TIME_PATTERN)
+        + rb'","v":'
+        + str(RECORD_VERSION).encode()
+        + rb"\}"
     )
 
 
@@ -335,18 +357,7 @@ def canonical_grammar(store: str, run: str) -> CanonicalGrammar:
     """The grammar of every canonical, schema-valid line of ``store`` in run ``run`` whose kind
     has no free-form member; the members of the ``CAPTURED`` kinds have their own named groups
     (their JSON text, quotes included)."""
-    tail = (
-        rb'"mac":"([0-9a-f]{64})","run":"'
-        + re.escape(run.encode())
-        + rb'","seq":('
-        + _CANON_NAT
-        + rb'),"store":"'
-        + store.encode()
-        + rb'","time":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z)"'
-        + rb',"v":'
-        + str(RECORD_VERSION).encode()
-        + rb"\}"
-    )
+    tail = _envelope_tail(store, run, _CANON_NAT, groups=True)
     alternatives = []
     names: dict[str, str] = {}
     captured = CAPTURED.get(store, {})

@@ -106,11 +106,6 @@ class StoreResult:
     """With ``defer_mac``: the first record whose MAC does not chain."""
 
 
-ChunkItem = ChunkTask | VerificationError
-"""What a chunk source yields: a chunk of lines, or the failure of reading the next line (a
-line too long or not terminated), which stands where that line would have been."""
-
-
 def verify_store(
     lines: Iterable[bytes],
     *,
