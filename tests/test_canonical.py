@@ -250,3 +250,38 @@ def test_json_string_pattern_is_the_plain_definition(data: bytes) -> None:
     assert [m.span() for m in _JSON_STRING.finditer(data)] == [
         m.span() for m in plain.finditer(data)
     ]
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet='0123456789.eE-+"\\ tru\u00e9\U0001f600', max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES, st.sampled_from([None, 2]))
+def test_float_in_text_is_contains_float(value: Any, indent: int | None) -> None:
+    """Read off the text (any valid JSON text, canonical or not) or walked: the same answer."""
+    from harness.verify.canonical import contains_float, float_in_text
+
+    for text in (
+        json.dumps(value, indent=indent).encode(),
+        json.dumps(value, ensure_ascii=False).encode(),
+    ):
+        assert float_in_text(text) is contains_float(json.loads(text))
+
+
+def test_large_documents_refuse_floats_by_their_text() -> None:
+    """Above the size where the text is read, a float is still refused, and an integer-only
+    document with digits, dots and e's in its strings still accepted."""
+    strings = canonical_bytes({"k": ["1.5e3 true 2.0" * 10] * 40, "n": 12})
+    assert len(strings) > 4096
+    assert parse_canonical(strings)["n"] == 12
+    with pytest.raises(CanonicalEncodingError, match="not an integer"):
+        parse_canonical(strings[:-1] + b',"z":1.5}')

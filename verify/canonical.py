@@ -141,6 +141,23 @@ def parse_strict_json(data: bytes, *, allow_floats: bool = False) -> Any:
     return value
 
 
+_FLOAT_TOKEN: Final = re.compile(rb"[0-9][.eE]")
+_TEXT_FLOAT_CHECK_BYTES: Final = 4096
+"""From this size on, a document's floats are found in its text, not by walking its value."""
+
+
+def float_in_text(data: bytes) -> bool:
+    """True if the valid JSON text ``data`` holds a number that decodes to a float.
+
+    Python's JSON decoders make a number a float exactly when it has a fraction or an exponent,
+    and outside strings ``.``, ``e`` and ``E`` follow a digit only there (``true`` and
+    ``false`` have theirs after a letter): so, with the strings cut out, a digit followed by
+    one of them. Two C-speed scans, where walking a large value costs a Python call per node
+    (a statement with 10^4 subjects: ~0.2 s). Equal to ``contains_float`` of the decoded value
+    (tests, hypothesis)."""
+    return _FLOAT_TOKEN.search(_JSON_STRING.sub(b"", data)) is not None
+
+
 def contains_float(value: Any) -> bool:
     """True if a float sits anywhere in ``value`` (a decoded JSON value)."""
     kind = type(value)
@@ -195,7 +212,7 @@ def parse_canonical(data: bytes, *, allow_floats: bool = False) -> Any:
     Raises ``CanonicalEncodingError`` naming the first problem found.
     """
     value = _decode(data, allow_floats=allow_floats)
-    if contains_float(value):
+    if contains_float(value) if len(data) < _TEXT_FLOAT_CHECK_BYTES else float_in_text(data):
         if not allow_floats:
             raise CanonicalEncodingError("a number is not an integer; records carry integers only")
         # orjson's float formatting is not ECMAScript's: decide with the exact serializer.
