@@ -34,7 +34,8 @@ from harness.verify.records import (
     _WALKED,
     canonical_grammar,
     canonical_line_match,
-    json_string,
+    mac_input,
+    mac_span,
     match_facts,
     parse_record_line,
     split_mac,
@@ -235,13 +236,16 @@ def test_canonical_records_take_the_grammar(path: str, step: int, model: str | N
     match = canonical_line_match(line, "lineage", "run-1")
     assert match is not None
     record = parse_record_line(line, "lineage", "run-1")
-    assert match_facts(canonical_grammar("lineage", "run-1"), match) == (
+    assert match_facts(canonical_grammar("lineage", "run-1"), match)[:3] == (
         record.seq,
         record.time,
         record.kind,
     )
-    assert json_string(match.group("w_path")) == path
-    assert json_string(match.group("w_model")) == model
+    assert orjson.loads(match.group("w_path")) == path
+    assert orjson.loads(match.group("w_model")) == model
+    span = match_facts(canonical_grammar("lineage", "run-1"), match)[3]
+    assert span == mac_span(line)  # the grammar's MAC group is where split_mac cuts
+    assert (line[span[0] : span[1]].decode(), mac_input(line, span)) == split_mac(line)
 
 
 @settings(max_examples=400)
@@ -272,7 +276,7 @@ def test_the_grammar_accepts_nothing_parse_refuses(
     if match is None:
         return  # nothing claimed: the strict decoder decides such lines
     record = parse_record_line(candidate, "lineage", "run-1")  # must not raise
-    assert match_facts(canonical_grammar("lineage", "run-1"), match) == (
+    assert match_facts(canonical_grammar("lineage", "run-1"), match)[:3] == (
         record.seq,
         record.time,
         record.kind,

@@ -25,6 +25,7 @@ from .errors import ChainError, MacMismatchError
 GENESIS_MAC: Final = bytes(32)
 MIN_MASTER_KEY_BYTES: Final = 32
 KEY_INFO_PREFIX: Final = "harness/v1/"
+MAC_MISMATCH: Final = "MAC does not chain (record edited, reordered, moved, or wrong key)"
 
 
 def store_key_info(store: str, run_id: str) -> bytes:
@@ -87,11 +88,15 @@ class MacChain:
     def advance(self, mac: bytes) -> None:
         self.prev = mac
 
-    def check_next(self, mac_input: bytes, claimed_hex: str) -> None:
-        """Verify a record's MAC in constant time and advance the chain."""
+    def chains(self, mac_input: bytes, claimed_hex: str) -> bool:
+        """Whether a record's MAC chains (constant-time comparison); advances if it does."""
         expected = self.next_mac(mac_input)
         if not hmac.compare_digest(expected.hex(), claimed_hex):
-            raise MacMismatchError(
-                "MAC does not chain (record edited, reordered, moved, or wrong key)"
-            )
+            return False
         self.prev = expected
+        return True
+
+    def check_next(self, mac_input: bytes, claimed_hex: str) -> None:
+        """Verify a record's MAC in constant time and advance the chain."""
+        if not self.chains(mac_input, claimed_hex):
+            raise MacMismatchError(MAC_MISMATCH)

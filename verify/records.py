@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
-
-import orjson
 
 from .canonical import decode_canonical
 from .errors import SchemaError
@@ -86,9 +84,11 @@ __all__ = [
     "Record",
     "canonical_grammar",
     "canonical_line_match",
-    "canonical_line_pattern",
+    "canonical_matcher",
     "check_body",
     "check_envelope",
+    "mac_input",
+    "mac_span",
     "match_facts",
     "parse_record_line",
     "split_mac",
@@ -388,49 +388,47 @@ def canonical_grammar(store: str, run: str) -> CanonicalGrammar:
     return CanonicalGrammar(pattern, {pattern.groupindex[n]: k for n, k in names.items()})
 
 
-def canonical_line_pattern(store: str, run: str) -> re.Pattern[bytes]:
-    """The compiled canonical grammar (``canonical_grammar``)."""
-    return canonical_grammar(store, run).pattern
-
-
 def _captured(pattern: bytes, prefix: str | None, name: str) -> bytes:
     if prefix is None:
         return pattern
     return b"(?P<" + (prefix + name).encode() + b">" + pattern + b")"
 
 
-def canonical_line_match(line: bytes, store: str, run: str) -> re.Match[bytes] | None:
-    """The canonical grammar's match of a line that it proves valid (and valid UTF-8), else
-    None: then ``parse_record_line`` decides, and names the problem."""
-    if len(line) > MAX_LINE_BYTES:
-        return None
-    match = canonical_grammar(store, run).pattern.fullmatch(line)
-    if match is None:
-        return None
-    if not line.isascii():
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError:
+def canonical_matcher(store: str, run: str) -> Callable[[bytes], re.Match[bytes] | None]:
+    """The canonical grammar of ``store`` in run ``run`` as a predicate on lines: the match of
+    a line it proves canonical and valid (within the line limit, valid UTF-8), else None: then
+    ``parse_record_line`` decides, and names the problem."""
+    fullmatch = canonical_grammar(store, run).pattern.fullmatch
+
+    def match(line: bytes) -> re.Match[bytes] | None:
+        if len(line) > MAX_LINE_BYTES or not (line.isascii() or _utf8(line)):
             return None
+        return fullmatch(line)
+
     return match
 
 
-def match_facts(grammar: CanonicalGrammar, match: re.Match[bytes]) -> tuple[int, str, str]:
-    """``(seq, time, kind)`` of a line the grammar matched."""
+def canonical_line_match(line: bytes, store: str, run: str) -> re.Match[bytes] | None:
+    """``canonical_matcher(store, run)(line)``."""
+    return canonical_matcher(store, run)(line)
+
+
+def _utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def match_facts(
+    grammar: CanonicalGrammar, match: re.Match[bytes]
+) -> tuple[int, str, str, tuple[int, int]]:
+    """``(seq, time, kind, MAC span)`` of a line the grammar matched (the span of its MAC's
+    hex in the line, as ``mac_span`` finds it)."""
     group = match.lastindex or 0
     seq, time = match.group(group + 2, group + 3)
-    return int(seq), time.decode("ascii"), grammar.kinds[group]
-
-
-def json_string(value: bytes | None) -> Any:
-    """A captured JSON value (a string's bytes between its quotes, or ``null``) as Python."""
-    if value is None or value == b"null":
-        return None
-    if value[:1] == b'"':
-        value = value[1:-1]
-    if b"\\" in value:
-        return orjson.loads(b'"' + value + b'"')
-    return value.decode("utf-8")
+    return int(seq), time.decode("ascii"), grammar.kinds[group], match.span(group + 1)
 
 
 def parse_record_line(
@@ -460,17 +458,29 @@ def parse_record_line(
     return check_envelope(obj, store, run)
 
 
-def split_mac(line: bytes) -> tuple[str, bytes]:
-    """Return the record's MAC (hex) and the bytes it covers, without re-serializing.
+def mac_span(line: bytes) -> tuple[int, int]:
+    """Where the record's MAC hex sits in a canonical line: ``line[start:end]``.
 
     Spec: the MAC covers the canonical JSON of the record object minus ``mac``. The line is
     canonical (checked before this is called) and ``mac`` is never the first member (``body``
     and ``kind`` sort before it) nor followed by anything but envelope scalars whose syntax
-    excludes quotes, so removing the bytes ``,"mac":"<64 hex>"`` gives exactly that encoding.
+    excludes quotes, so the last ``,"mac":"`` starts it, and removing ``,"mac":"<64 hex>"``
+    (``mac_input``) gives exactly the covered encoding.
     """
     start = line.rfind(_MAC_MEMBER)
     hex_start = start + len(_MAC_MEMBER)
-    end = hex_start + MAC_HEX_LEN + 1
-    if start < 0 or line[end - 1 : end] != b'"':
+    end = hex_start + MAC_HEX_LEN
+    if start < 0 or line[end : end + 1] != b'"':
         raise SchemaError("mac member not found where the canonical form puts it")
-    return line[hex_start : end - 1].decode("ascii", "replace"), line[:start] + line[end:]
+    return hex_start, end
+
+
+def mac_input(line: bytes, span: tuple[int, int]) -> bytes:
+    """The bytes a line's MAC covers: the line without ``,"mac":"<hex>"`` at ``span``."""
+    return line[: span[0] - len(_MAC_MEMBER)] + line[span[1] + 1 :]
+
+
+def split_mac(line: bytes) -> tuple[str, bytes]:
+    """Return the record's MAC (hex) and the bytes it covers, without re-serializing."""
+    span = mac_span(line)
+    return line[span[0] : span[1]].decode("ascii", "replace"), mac_input(line, span)

@@ -17,12 +17,12 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol, TypeVar
 
 import orjson
 
 from .canonical import parse_canonical
-from .chain import GENESIS_MAC, derive_store_key
+from .chain import GENESIS_MAC, MAC_MISMATCH, derive_store_key
 from .checkpoint import Checkpoint
 from .errors import ChainError, CheckpointError, MacMismatchError, SchemaError, VerificationError
 from .lineage import FinalArtifacts, MergeFacts
@@ -181,7 +181,7 @@ def chunks_from_lines(lines: Iterable[bytes]) -> Iterator[list[bytes] | Verifica
             for chunk in _flush(pending, start, final=False):
                 start += len(chunk)
                 yield chunk
-            size = sum(len(line) + 1 for line in pending)
+            size = _byte_size(pending)
     yield from _flush(pending, start, final=True)
 
 
@@ -242,6 +242,11 @@ def _too_long(member: str, number: int, limit: int) -> SchemaError:
     )
 
 
+def _byte_size(lines: list[bytes]) -> int:
+    """Bytes of ``lines`` with their newlines (C-speed: no Python frame per line)."""
+    return sum(map(len, lines)) + len(lines)
+
+
 def _flush(pending: list[bytes], start: int, *, final: bool) -> Iterator[list[bytes]]:
     """Take whole chunks off the front of ``pending`` (all of it when ``final``).
 
@@ -253,13 +258,13 @@ def _flush(pending: list[bytes], start: int, *, final: bool) -> Iterator[list[by
     while pending:
         capacity = chunk_capacity(start)
         if len(pending) < capacity and not final:
-            size = sum(len(line) + 1 for line in pending)
+            size = _byte_size(pending)
             if size < MAX_CHUNK_BYTES:
                 return
         count = min(capacity, len(pending))
         if count < capacity and not final:
             count = 1 << (count.bit_length() - 1)
-        while count > 1 and sum(len(line) + 1 for line in pending[:count]) > MAX_CHUNK_BYTES:
+        while count > 1 and _byte_size(pending[:count]) > MAX_CHUNK_BYTES:
             count = 1 << ((count - 1).bit_length() - 1)
         chunk = pending[:count]
         del pending[:count]
@@ -395,6 +400,9 @@ def _wanted_roots(
     return wanted
 
 
+_E = TypeVar("_E", bound=VerificationError)
+
+
 class _Join:
     """Joins chunk verdicts in order into one store's result, as one pass would reach it."""
 
@@ -427,9 +435,13 @@ class _Join:
         index: int,
         seq: int | None,
     ) -> NoReturn:
-        where = f"{self.member} line {index + 1}" + (f" (seq {seq})" if seq is not None else "")
         kind = exc if isinstance(exc, type) else type(exc)
-        raise kind(f"{where}: {message}", member=self.member, line=index + 1, seq=seq) from None
+        raise self._located(kind, message, index, seq) from None
+
+    def _located(self, kind: type[_E], message: str, index: int, seq: int | None) -> _E:
+        """The error of the record at ``index``, located as one pass locates it."""
+        where = f"{self.member} line {index + 1}" + (f" (seq {seq})" if seq is not None else "")
+        return kind(f"{where}: {message}", member=self.member, line=index + 1, seq=seq)
 
     def chunk(self, task: ChunkTask, verdict: ChunkVerdict) -> None:
         start, checked = task.start, verdict.checked
@@ -456,15 +468,10 @@ class _Join:
             if mismatch is not None:
                 self.mac_ok = False
                 seq = start + mismatch
-                error = MacMismatchError(
-                    "MAC does not chain (record edited, reordered, moved, or wrong key)"
-                )
+                error = self._located(MacMismatchError, MAC_MISMATCH, seq, seq)
                 if not self.defer_mac:
-                    self._fail(error, str(error), seq, seq)
-                where = f"{self.member} line {seq + 1} (seq {seq})"
-                result.mac_error = MacMismatchError(
-                    f"{where}: {error}", member=self.member, line=seq + 1, seq=seq
-                )
+                    raise error
+                result.mac_error = error
                 self._fold(task, records, mismatch, checked, cuts)
             for height, root in verdict.subtrees:
                 self.tree.append_subtree(height, root)

@@ -18,7 +18,6 @@ of its capacity; ``chunk_capacity`` decides it.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -26,14 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .canonical import canonical_bytes
-from .chain import _keyed_hmac
+from .chain import MacChain
 from .errors import ChainError, VerificationError
 from .lineage import WRITE_MEMBERS, ArtifactFold, pack_write
 from .merkle import prefix_subtrees, subtree_levels
 from .records import (
     CAPTURED,
-    MAX_LINE_BYTES,
+    CanonicalGrammar,
     canonical_grammar,
+    canonical_matcher,
+    mac_input,
+    mac_span,
+    match_facts,
     parse_record_line,
 )
 
@@ -114,9 +117,8 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
     # A few lines are cheaper decoded than the store's grammars compiled (a small bundle's
     # whole verification would pay for them).
     fast = len(task.lines) >= GRAMMAR_MIN_LINES
-    grammar = canonical_grammar(store, run_id) if fast else None
-    fullmatch = grammar.pattern.fullmatch if grammar else _no_match
-    kind_of = grammar.kinds if grammar else {}
+    grammar = canonical_grammar(store, run_id) if fast else _NO_GRAMMAR
+    matcher = canonical_matcher(store, run_id) if fast else _no_match
     leaves: list[bytes] = []
     add_leaf = leaves.append
     spans: list[tuple[int, int]] = []
@@ -128,22 +130,13 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
     for offset, line in enumerate(task.lines):
         seq = -1
         try:
-            match = (
-                fullmatch(line)
-                if len(line) <= MAX_LINE_BYTES and (line.isascii() or _utf8(line))
-                else None
-            )
+            match = matcher(line)
             if match is not None:  # proven canonical and valid without decoding it
-                group = match.lastindex or 0
-                kind = kind_of[group]
-                seq_text, time_bytes = match.group(group + 2, group + 3)
-                seq = int(seq_text)
-                time = time_bytes.decode("ascii")
-                span = match.span(group + 1)
+                seq, time, kind, span = match_facts(grammar, match)
             else:
                 record = parse_record_line(line, store, run_id, fast=fast)
                 seq, time, kind = record.seq, record.time, record.kind
-                span = _mac_span(line)
+                span = mac_span(line)
             if seq != start + offset:
                 raise ChainError(
                     f"seq {seq} where {start + offset} was expected (record deleted, duplicated "
@@ -245,43 +238,19 @@ def _no_match(line: bytes) -> None:
     return None
 
 
-def _utf8(line: bytes) -> bool:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _mac_span(line: bytes) -> tuple[int, int]:
-    """Where a parsed line's MAC hex sits (``split_mac``'s rule)."""
-    hex_start = line.rfind(_MAC_MEMBER) + len(_MAC_MEMBER)
-    return hex_start, hex_start + 64
-
-
-_MAC_MEMBER: Final = b',"mac":"'
+_NO_GRAMMAR: Final = CanonicalGrammar(re.compile(rb"(?!)"), {})
+"""For chunks that decode their lines: a grammar nothing matches."""
 
 
 def _first_mac_mismatch(task: ChunkTask, spans: list[tuple[int, int]]) -> int | None:
-    """Offset of the first of the checked records whose MAC does not chain, or None.
-
-    Each MAC covers the previous record's MAC and the record's bytes without its own
-    ``,"mac":"<hex>"`` (``records.split_mac``); a keyed HMAC state is copied per record, not
-    re-keyed, and compared in constant time with the hex the line states.
-    """
-    prev = task.prev_mac
-    if prev is None:
+    """Offset of the first of the checked records whose MAC does not chain, or None: the
+    store's ``MacChain`` from the MAC the line before the chunk states, over each line's
+    ``mac_input`` at its ``span``."""
+    if task.prev_mac is None:
         return 0
-    keyed = _keyed_hmac(task.mac_key or b"")  # OpenSSL's object: no Python frame per call
-    compare = hmac.compare_digest
-    cut = len(_MAC_MEMBER)
-    for offset, (line, (begin, end)) in enumerate(zip(task.lines, spans, strict=False)):
-        state = keyed.copy()
-        state.update(prev)
-        state.update(line[: begin - cut])
-        state.update(line[end + 1 :])
-        expected = state.digest()
-        if not compare(expected.hex().encode("ascii"), line[begin:end]):
+    chain = MacChain(task.mac_key or b"", task.prev_mac)
+    for offset, (line, span) in enumerate(zip(task.lines, spans, strict=False)):
+        claimed = line[span[0] : span[1]].decode("ascii")
+        if not chain.chains(mac_input(line, span), claimed):
             return offset
-        prev = expected
     return None
