@@ -14,6 +14,7 @@ platform) so that ``pip install --no-index --find-links wheelhouse`` works with 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -90,7 +91,7 @@ def build_wheel(dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="harness-wheel-") as scratch:
         copy = Path(scratch) / "src-copy"
         copy.mkdir()
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "*.so")
         for part in _SOURCE_PARTS:
             source = root / part
             if source.is_dir():
@@ -113,6 +114,9 @@ def build_wheel(dest: Path) -> Path:
                 ],
                 capture_output=True,
                 text=True,
+                # the pure wheel: it runs wherever the auditor's Python does (the compiled
+                # core is optional, and only a speed-up)
+                env={**os.environ, "HARNESS_PURE_BUILD": "1"},
                 timeout=BUILD_TIMEOUT,
                 check=False,
             )

@@ -26,7 +26,7 @@ import pytest
 from harness.receipts.bundle import export_bundle
 from harness.receipts.checkpoint import format_checkpoint_body
 from harness.receipts.run import RunRecorder
-from harness.verify import runreceipts, storechunk, storepool
+from harness.verify import chunkcore, runreceipts, storecheck, storechunk, storepool
 from harness.verify.bundle import verify_bundle
 from harness.verify.layout import checkpoint_member
 from harness.verify.merkle import CompactRange, leaf_hash
@@ -66,6 +66,18 @@ def real_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pool is not None
     with pool:
         assert all(process.is_alive() for process in pool._processes)
+
+
+@pytest.fixture(autouse=True, params=["pure", "native"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with the pure-Python chunk checks and with the compiled core (where it is
+    built), the core then also in the workers, so ``jobs=2`` really sends chunks there."""
+    native = request.param == "native"
+    if native and chunkcore._import_core() is None:
+        pytest.skip("the compiled core is not built here")
+    monkeypatch.setattr(chunkcore, "ENABLED", native)
+    monkeypatch.setattr(storecheck, "CORE_IN_READER", False)
+    return str(request.param)
 
 
 @pytest.fixture(params=[4, 2048], ids=["chunks-of-4", "chunks-of-2048"])

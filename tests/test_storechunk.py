@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from harness.verify import storechunk
+from harness.verify import chunkcore, storechunk
 from harness.verify.canonical import canonical_bytes
 from harness.verify.errors import ChainError, SchemaError, VerificationError
 from harness.verify.merkle import (
@@ -377,12 +377,19 @@ def lineage_lines(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     return path.read_bytes().splitlines()
 
 
-@pytest.fixture(params=[1, 10_000], ids=["grammar", "decoded"])
+@pytest.fixture(
+    params=[(1, False), (10_000, False), (1, True)], ids=["grammar", "decoded", "native"]
+)
 def path_taken(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Each check_chunk test twice: lines proven by the canonical grammar, and decoded (the
-    path chunks of fewer than GRAMMAR_MIN_LINES lines take)."""
-    monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", request.param)
-    return int(request.param)
+    """Each check_chunk test three times: lines proven by the canonical grammar, decoded (the
+    path chunks of fewer than GRAMMAR_MIN_LINES lines take), and proven by the compiled core
+    (where it is built)."""
+    min_lines, native = request.param
+    if native and chunkcore._import_core() is None:
+        pytest.skip("the compiled core is not built here")
+    monkeypatch.setattr(chunkcore, "ENABLED", native)
+    monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", min_lines)
+    return int(min_lines)
 
 
 def _task(lines: list[bytes], start: int = 0, **extra: Any) -> storechunk.ChunkTask:

@@ -317,8 +317,18 @@ _FREE_FORM_KINDS: Final = {
 
 _CANON_PLAIN = rb'[^"\\\x00-\x1f]*'
 _CANON_ESCAPE = rb'\\(?:["\\bfnrt]|u00(?:0[0-7bef]|1[0-9a-f]))'
-# unrolled (runs of plain bytes in one tight loop); (?!") makes it non-empty
-_CANON_STRING = rb'"(?!")' + _CANON_PLAIN + rb"(?:" + _CANON_ESCAPE + _CANON_PLAIN + rb')*"'
+# unrolled (runs of plain bytes in one tight loop) after one plain byte or escape, which makes
+# it non-empty; no look-ahead, so grammardfa can turn it into an automaton
+_CANON_STRING = (
+    rb'"(?:[^"\\\x00-\x1f]|'
+    + _CANON_ESCAPE
+    + rb")"
+    + _CANON_PLAIN
+    + rb"(?:"
+    + _CANON_ESCAPE
+    + _CANON_PLAIN
+    + rb')*"'
+)
 _CANON_NAT = rb"(?:0|[1-9][0-9]{0,14})"
 _CANON_INT = rb"(?:0|-?[1-9][0-9]{0,14})"
 _CANONICAL_PATTERNS: Final[dict[Checker, bytes]] = {
@@ -350,6 +360,9 @@ class CanonicalGrammar(NamedTuple):
     pattern: re.Pattern[bytes]
     kinds: dict[int, str]
     """``match.lastindex`` -> kind."""
+    alternatives: tuple[tuple[str, bytes], ...] = ()
+    """Each kind with the pattern of its lines alone (``pattern`` is their union): what
+    ``grammardfa`` compiles, one accepting tag per kind."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -360,6 +373,7 @@ def canonical_grammar(store: str, run: str) -> CanonicalGrammar:
     tail = _envelope_tail(store, run, _CANON_NAT, groups=True)
     alternatives = []
     names: dict[str, str] = {}
+    per_kind: list[tuple[str, bytes]] = []
     captured = CAPTURED.get(store, {})
     for kind, spec in BODY_SPECS[store].items():
         if not all(required for required, _ in spec.values()):
@@ -384,8 +398,10 @@ def canonical_grammar(store: str, run: str) -> CanonicalGrammar:
             + tail
             + b")"
         )
+        per_kind.append((kind, rb'\{"body":' + alternatives[-1]))
     pattern = re.compile(rb'\{"body":(?:' + b"|".join(alternatives) + b")")
-    return CanonicalGrammar(pattern, {pattern.groupindex[n]: k for n, k in names.items()})
+    kinds = {pattern.groupindex[n]: k for n, k in names.items()}
+    return CanonicalGrammar(pattern, kinds, tuple(per_kind))
 
 
 def _captured(pattern: bytes, prefix: str | None, name: str) -> bytes:

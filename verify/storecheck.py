@@ -24,6 +24,7 @@ import orjson
 from .canonical import parse_canonical
 from .chain import GENESIS_MAC, MAC_MISMATCH, derive_store_key
 from .checkpoint import Checkpoint
+from .chunkcore import load_core
 from .errors import ChainError, CheckpointError, MacMismatchError, SchemaError, VerificationError
 from .lineage import FinalArtifacts, MergeFacts
 from .merkle import CompactRange
@@ -302,7 +303,7 @@ def verify_store_chunks(
     # chunks (in the workers), and the records need not be decoded here at all.
     artifacts = (result.artifacts.merged_tasks,) if join.lineage and on_record is None else None
     tasks = _tasks(chunks, store, run_id, mac_key, sorted(wanted), artifacts)
-    verdicts = (pool or run_here)(tasks)
+    verdicts = (pool if pool is not None and not _core_in_reader() else run_here)(tasks)
     try:
         for item in verdicts:
             if isinstance(item, VerificationError):
@@ -316,6 +317,16 @@ def verify_store_chunks(
         if close is not None:
             close()
     return join.finish(sorted(wanted))
+
+
+CORE_IN_READER = True
+"""With the compiled core, check chunks in the reader even when a pool is given: the core
+checks a record in about the time its line takes to reach a worker and its verdict to come
+back (docs/spec/performance.md), so the pool's workers are left the receipts."""
+
+
+def _core_in_reader() -> bool:
+    return CORE_IN_READER and load_core() is not None
 
 
 ChunkRunner = Callable[

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+from array import array
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Final
 
 from .canonical import canonical_bytes
 from .chain import MacChain
+from .chunkcore import FOLD_DELETE, FOLD_WRITE, NativeGrammar, load_core, native_grammar
 from .errors import ChainError, VerificationError
 from .lineage import WRITE_MEMBERS, ArtifactFold, pack_write
 from .merkle import prefix_subtrees, subtree_levels
@@ -39,6 +42,8 @@ from .records import (
     match_facts,
     parse_record_line,
 )
+
+_Matcher = Callable[[bytes], "re.Match[bytes] | None"]
 
 MAX_CHUNK_RECORDS: Final = 2048
 """Records per chunk at most (a power of two): large enough that a chunk's fixed costs
@@ -110,13 +115,20 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
 
     A line the canonical grammar matches (and that is valid UTF-8) is proven canonical and
     schema-valid without being decoded (``records.canonical_grammar``); any other line goes
-    through ``parse_record_line``, which decides and names the problem.
+    through ``parse_record_line``, which decides and names the problem. Where the compiled
+    core is present, it proves the lines the grammar would (``chunkcore``), and the lines it
+    cannot prove take this same path one by one.
     """
-    verdict = ChunkVerdict()
-    store, run_id, start = task.store, task.run_id, task.start
     # A few lines are cheaper decoded than the store's grammars compiled (a small bundle's
     # whole verification would pay for them).
     fast = len(task.lines) >= GRAMMAR_MIN_LINES
+    if fast and load_core() is not None:
+        folded = _NATIVE_FOLD if task.artifacts and task.store == "lineage" else ()
+        native = native_grammar(task.store, task.run_id, task.mac_key, folded)
+        if native is not None:
+            return _check_chunk_native(task, native)
+    verdict = ChunkVerdict()
+    store, run_id, start = task.store, task.run_id, task.start
     grammar = canonical_grammar(store, run_id) if fast else _NO_GRAMMAR
     matcher = canonical_matcher(store, run_id) if fast else _no_match
     leaves: list[bytes] = []
@@ -130,20 +142,10 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
     for offset, line in enumerate(task.lines):
         seq = -1
         try:
-            match = matcher(line)
-            if match is not None:  # proven canonical and valid without decoding it
-                seq, time, kind, span = match_facts(grammar, match)
-            else:
-                record = parse_record_line(line, store, run_id, fast=fast)
-                seq, time, kind = record.seq, record.time, record.kind
-                span = mac_span(line)
-            if seq != start + offset:
-                raise ChainError(
-                    f"seq {seq} where {start + offset} was expected (record deleted, duplicated "
-                    "or reordered)"
-                )
-            if time < last_time:
-                raise ChainError(f"time {time} is earlier than the previous record")
+            seq, time, kind, span, match, body = _line_facts(
+                line, matcher, grammar, store, run_id, fast
+            )
+            _check_order(seq, start + offset, time, last_time)
             last_time = time
         except VerificationError as exc:
             verdict.error = (type(exc), str(exc), seq if seq >= 0 else None)
@@ -157,24 +159,165 @@ def check_chunk(task: ChunkTask) -> ChunkVerdict:
             if match is not None:
                 fold.matched(kind, seq, match)
             else:
-                fold.decoded(kind, seq, record.body)
+                fold.decoded(kind, seq, body)
     checked = verdict.checked = len(leaves)
     if fold is not None:
         verdict.artifacts = fold.summary()
     if not checked:
         return verdict
     verdict.last_time = last_time
-    levels = subtree_levels(leaves)
-    verdict.subtrees = prefix_subtrees(levels, checked)
-    for cut in task.cuts:
-        if cut - start <= checked:
-            verdict.cut_subtrees[cut] = prefix_subtrees(levels, cut - start)
+    _subtrees(verdict, task, subtree_levels(leaves), checked)
     if task.mac_key is not None:
         verdict.mac_mismatch = _first_mac_mismatch(task, spans)
     return verdict
 
 
+def _line_facts(
+    line: bytes,
+    matcher: _Matcher,
+    grammar: CanonicalGrammar,
+    store: str,
+    run_id: str,
+    fast: bool,
+) -> tuple[int, str, str, tuple[int, int], re.Match[bytes] | None, Mapping[str, Any]]:
+    """One line's own checks: ``(seq, time, kind, MAC span, grammar match, decoded body)``
+    (the match None when the line was decoded, the body empty when it matched)."""
+    match = matcher(line)
+    if match is not None:  # proven canonical and valid without decoding it
+        seq, time, kind, span = match_facts(grammar, match)
+        return seq, time, kind, span, match, _NO_BODY
+    record = parse_record_line(line, store, run_id, fast=fast)
+    return record.seq, record.time, record.kind, mac_span(line), None, record.body
+
+
+def _check_order(seq: int, expected: int, time: str, last_time: str) -> None:
+    if seq != expected:
+        raise ChainError(
+            f"seq {seq} where {expected} was expected (record deleted, duplicated or reordered)"
+        )
+    if time < last_time:
+        raise ChainError(f"time {time} is earlier than the previous record")
+
+
+def _subtrees(
+    verdict: ChunkVerdict, task: ChunkTask, levels: Sequence[Sequence[bytes]], checked: int
+) -> None:
+    verdict.subtrees = prefix_subtrees(levels, checked)
+    for cut in task.cuts:
+        if cut - task.start <= checked:
+            verdict.cut_subtrees[cut] = prefix_subtrees(levels, cut - task.start)
+
+
+def _check_chunk_native(task: ChunkTask, native: NativeGrammar) -> ChunkVerdict:
+    """``check_chunk`` with the compiled core: it proves runs of lines and stops at the first
+    it cannot (``_chunkcore.check``); that line takes the pure path's own checks here
+    (``_line_facts``, the order, its leaf and MAC), and the core resumes after it."""
+    core = load_core()
+    assert core is not None
+    verdict = ChunkVerdict()
+    store, run_id, start, lines = task.store, task.run_id, task.start, task.lines
+    count = len(lines)
+    matcher = canonical_matcher(store, run_id)
+    grammar = canonical_grammar(store, run_id)
+    leaves = bytearray(32 * count)
+    counts = array("I", bytes(4 * len(native.kinds)))
+    fold = _ArtifactsSeen(task.artifacts[0]) if task.artifacts else None
+    core_fold = None
+    if fold is not None and "artifact.write" in native.kinds:
+        fold.native(core, native, lines, start)
+        core_fold = (fold.last, fold.writes, fold.merged)
+    kinds = verdict.kinds
+    chaining = task.mac_key is not None and task.prev_mac is not None
+    prev_mac = task.prev_mac if chaining else None
+    mismatch: int | None = None
+    last_time = ""
+    first = 0
+    while True:
+        stop, bad, first_time, seg_last, seg_mac = core.check(
+            lines,
+            first,
+            native.prepared,
+            start + first,
+            last_time.encode("ascii"),
+            prev_mac if mismatch is None else None,
+            leaves,
+            counts,
+            core_fold,
+        )
+        if stop > first:
+            if not first:
+                verdict.first_time = first_time.decode("ascii")
+            last_time = seg_last.decode("ascii")
+            if chaining:
+                prev_mac = seg_mac
+            if bad >= 0 and mismatch is None:
+                mismatch = bad
+        if stop == count:
+            break
+        line = lines[stop]
+        seq = -1
+        try:
+            seq, time, kind, span, match, body = _line_facts(
+                line, matcher, grammar, store, run_id, True
+            )
+            _check_order(seq, start + stop, time, last_time)
+        except VerificationError as exc:
+            verdict.error = (type(exc), str(exc), seq if seq >= 0 else None)
+            break
+        if not stop:
+            verdict.first_time = time
+        last_time = time
+        leaves[32 * stop : 32 * stop + 32] = hashlib.sha256(b"\x00" + line).digest()
+        kinds[kind] += 1
+        if fold is not None and kind in _ARTIFACT_PREFIX:
+            if match is not None:
+                fold.matched(kind, seq, match)
+            else:
+                fold.decoded(kind, seq, body)
+        if chaining and mismatch is None:
+            chain = MacChain(task.mac_key or b"", prev_mac or b"")
+            if chain.chains(mac_input(line, span), line[span[0] : span[1]].decode("ascii")):
+                prev_mac = chain.prev
+            else:
+                mismatch = stop
+        first = stop + 1
+    checked = verdict.checked = stop
+    for index, number in enumerate(counts):
+        if number:
+            kinds[native.kinds[index]] += number
+    if fold is not None:
+        verdict.artifacts = fold.summary()
+    if not checked:
+        return verdict
+    verdict.last_time = last_time
+    levels = [_PackedLevel(level) for level in core.levels(leaves, checked)]
+    _subtrees(verdict, task, levels, checked)
+    if task.mac_key is not None:
+        verdict.mac_mismatch = 0 if task.prev_mac is None else mismatch
+    return verdict
+
+
+class _PackedLevel(Sequence[bytes]):
+    """One level of ``_chunkcore.levels`` (32-byte roots back to back) as a sequence of
+    roots, for ``prefix_subtrees``."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, packed: bytes) -> None:
+        self.packed = packed
+
+    def __len__(self) -> int:
+        return len(self.packed) // 32
+
+    def __getitem__(self, index: int) -> bytes:  # type: ignore[override]
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.packed[32 * index : 32 * index + 32]
+
+
 _ARTIFACT_PREFIX: Final = CAPTURED["lineage"]
+_NATIVE_FOLD: Final = (("artifact.delete", FOLD_DELETE), ("artifact.write", FOLD_WRITE))
+"""The lineage kinds ``_ArtifactsSeen`` folds, as the compiled core takes them."""
 
 
 class _ArtifactsSeen:
@@ -186,11 +329,12 @@ class _ArtifactsSeen:
     it reports, never the writes that later ones replace.
     """
 
-    __slots__ = ("last", "merged", "writes")
+    __slots__ = ("last", "merged", "source", "writes")
 
     def __init__(self, merged_tasks: frozenset[str] | None) -> None:
         self.merged = None if merged_tasks is None else {canonical_bytes(t) for t in merged_tasks}
-        self.last: dict[bytes, tuple[int, re.Match[bytes] | Mapping[str, Any]] | None] = {}
+        self.last: dict[bytes, tuple[int, _Source] | int | None] = {}
+        self.source: tuple[ModuleType, bytes, list[bytes], int] | None = None
         self.writes: dict[bytes, int] = {}
 
     def matched(self, kind: str, seq: int, match: re.Match[bytes]) -> None:
@@ -204,6 +348,15 @@ class _ArtifactsSeen:
         else:
             self.last[path] = None
 
+    def native(
+        self, core: ModuleType, native: NativeGrammar, lines: list[bytes], start: int
+    ) -> None:
+        """Let the compiled core fold the lines it proves: it sets ``last[path]`` to the
+        line's offset in ``lines`` (a write) or None, and counts writes, as ``matched`` does;
+        ``summary`` packs such a write's members from its line."""
+        write = native.members[native.kinds.index("artifact.write")]
+        self.source = (core, bytes(write.index(name) for name in WRITE_MEMBERS), lines, start)
+
     def decoded(self, kind: str, seq: int, body: Mapping[str, Any]) -> None:
         if self.merged is not None and canonical_bytes(body["task"]) not in self.merged:
             return
@@ -216,9 +369,16 @@ class _ArtifactsSeen:
 
     def summary(self) -> ArtifactFold:
         fold = ArtifactFold()
-        writes = self.writes
+        writes, paths = self.writes, fold.paths
         for path, last in self.last.items():
-            fold.paths[path] = (writes.get(path, 0), None if last is None else _packed(*last))
+            if last is None:
+                paths[path] = (writes.get(path, 0), None)
+            elif isinstance(last, int):  # a line the compiled core folded
+                assert self.source is not None
+                core, members, lines, start = self.source
+                paths[path] = (writes[path], (start + last, core.pack(lines[last], members)))
+            else:
+                paths[path] = (writes.get(path, 0), _packed(*last))
         return fold
 
 
@@ -228,7 +388,10 @@ _TASK_PATH_GROUPS: Final = {
 }
 
 
-def _packed(seq: int, source: re.Match[bytes] | Mapping[str, Any]) -> tuple[int, bytes]:
+_Source = re.Match[bytes] | Mapping[str, Any]
+
+
+def _packed(seq: int, source: _Source) -> tuple[int, bytes]:
     if isinstance(source, re.Match):
         return seq, pack_write(source.group(*_WRITE_GROUPS))
     return seq, pack_write([canonical_bytes(source[name]) for name in WRITE_MEMBERS])
@@ -238,6 +401,7 @@ def _no_match(line: bytes) -> None:
     return None
 
 
+_NO_BODY: Final[Mapping[str, Any]] = {}
 _NO_GRAMMAR: Final = CanonicalGrammar(re.compile(rb"(?!)"), {})
 """For chunks that decode their lines: a grammar nothing matches."""
 
