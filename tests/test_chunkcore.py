@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,9 @@ from hypothesis import strategies as st
 
 from harness.orchestrate.demo import run_demo
 from harness.receipts.keys import load_keys
-from harness.verify import chunkcore, storechunk
+from harness.verify import chunkcore, storecheck, storechunk
 from harness.verify.chain import GENESIS_MAC, derive_store_key
+from harness.verify.errors import ChainError
 from harness.verify.grammardfa import UnsupportedPatternError, build_dfa, store_dfa
 from harness.verify.lineage import WRITE_MEMBERS, pack_write
 from harness.verify.merkle import leaf_hash, subtree_levels
@@ -513,3 +515,32 @@ def _root(lines: list[bytes]) -> bytes:
     for line in lines[:32]:
         tree.append(leaf_hash(line))
     return tree.root()
+
+
+# ------------------------------------------------------------------------ threads for chunks
+
+
+def test_threads_give_verdicts_in_order_and_raise_where_run_here_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run_threads`` (the core's runner): verdicts in chunk order whatever order the threads
+    finish in, a check's exception raised at its chunk, an error of the chunk stream passed
+    through after the verdicts before it."""
+    tasks = [storechunk.ChunkTask("lineage", RUN, 4 * index, [b"x"]) for index in range(9)]
+
+    def check(task: storechunk.ChunkTask) -> storechunk.ChunkVerdict:
+        time.sleep(0.002 * (task.start % 3))  # later chunks often finish first
+        if task.start == 20:
+            raise MemoryError("chunk 20")
+        return storechunk.ChunkVerdict(checked=task.start)
+
+    monkeypatch.setattr(storecheck, "check_chunk", check)
+    verdicts = storecheck.run_threads(2, iter(tasks))
+    seen = [next(verdicts) for _ in range(5)]
+    assert [item[1].checked for item in seen if isinstance(item, tuple)] == [0, 4, 8, 12, 16]
+    with pytest.raises(MemoryError, match="chunk 20"):
+        next(verdicts)
+    error = ChainError("the stream broke")
+    out = list(storecheck.run_threads(2, iter([tasks[0], tasks[1], error, tasks[2]])))
+    assert out[2] is error and len(out) == 3
+    assert [item[1].checked for item in out[:2] if isinstance(item, tuple)] == [0, 4]

@@ -68,15 +68,16 @@ def real_pool(monkeypatch: pytest.MonkeyPatch) -> None:
         assert all(process.is_alive() for process in pool._processes)
 
 
-@pytest.fixture(autouse=True, params=["pure", "native"])
+@pytest.fixture(autouse=True, params=["pure", "native", "native-threads"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test with the pure-Python chunk checks and with the compiled core (where it is
-    built), the core then also in the workers, so ``jobs=2`` really sends chunks there."""
-    native = request.param == "native"
+    """Every test with the pure-Python chunk checks (``jobs=2``: worker processes) and with the
+    compiled core where it is built: ``jobs=2`` then checks chunks in worker processes
+    (``native``) or, as by default, in threads of the verifier's process (``native-threads``)."""
+    native = request.param != "pure"
     if native and chunkcore._import_core() is None:
         pytest.skip("the compiled core is not built here")
     monkeypatch.setattr(chunkcore, "ENABLED", native)
-    monkeypatch.setattr(storecheck, "CORE_IN_READER", False)
+    monkeypatch.setattr(storecheck, "CORE_IN_READER", request.param == "native-threads")
     return str(request.param)
 
 

@@ -375,24 +375,30 @@ PyDoc_STRVAR(check_doc,
 "None (a delete). stop is the first line not proven (len(lines) when all were); last_mac\n"
 "the MAC the last proven line states.");
 
+/* A proven line of a folded kind: where its task and path texts are, for the fold that runs
+ * once the interpreter lock is held again. */
+typedef struct {
+    Py_ssize_t line;
+    Py_ssize_t task_start, task_end, path_start, path_end;
+    unsigned char op;
+} folded_t;
+
 /* The lineage fold of one proven line (see check's doc). 0 on a Python error. */
 static int fold_line(PyObject *last, PyObject *writes, PyObject *merged, const unsigned char *s,
-                     const member_t *body, const unsigned char *f, Py_ssize_t i) {
+                     const folded_t *f) {
     if (merged != Py_None) {
-        const member_t *task = &body[f[1]];
-        PyObject *text = PyBytes_FromStringAndSize((const char *)s + task->start,
-                                                   task->end - task->start);
+        PyObject *text =
+            PyBytes_FromStringAndSize((const char *)s + f->task_start, f->task_end - f->task_start);
         if (text == NULL) return 0;
         int in = PySequence_Contains(merged, text);
         Py_DECREF(text);
         if (in <= 0) return in == 0;
     }
-    const member_t *where = &body[f[2]];
     PyObject *path =
-        PyBytes_FromStringAndSize((const char *)s + where->start, where->end - where->start);
+        PyBytes_FromStringAndSize((const char *)s + f->path_start, f->path_end - f->path_start);
     if (path == NULL) return 0;
     int ok = 0;
-    if (f[3] == FOLD_WRITE) {
+    if (f->op == FOLD_WRITE) {
         PyObject *seen = PyDict_GetItemWithError(writes, path);
         if (seen == NULL && PyErr_Occurred()) goto out;
         long before = seen == NULL ? 0 : PyLong_AsLong(seen);
@@ -402,7 +408,7 @@ static int fold_line(PyObject *last, PyObject *writes, PyObject *merged, const u
         int set = PyDict_SetItem(writes, path, after);
         Py_DECREF(after);
         if (set < 0) goto out;
-        PyObject *index = PyLong_FromSsize_t(i);
+        PyObject *index = PyLong_FromSsize_t(f->line);
         if (index == NULL) goto out;
         set = PyDict_SetItem(last, path, index);
         Py_DECREF(index);
@@ -415,6 +421,124 @@ out:
     return ok;
 }
 
+/* What the lock-free walk over a chunk's lines needs and finds. */
+typedef struct {
+    const prepared_t *p;
+    const unsigned char **text; /* text[k], len[k]: line first + k */
+    Py_ssize_t *len;
+    Py_ssize_t first, count; /* lines [first, count) have text and len */
+    long long seq;
+    unsigned char *leaves;
+    uint32_t *kind_counts;
+    int fold;
+    folded_t *folded;
+    Py_ssize_t folded_used;
+    int chaining;
+    unsigned char chained[DIGEST];
+    EVP_MD_CTX *md;
+    EVP_MAC_CTX *hmac;
+    Py_ssize_t mismatch;
+    const unsigned char *last_time, *first_time, *last_mac_hex;
+    Py_ssize_t last_time_len, first_time_len;
+    int crypto_failed;
+} walk_t;
+
+/* Prove lines from w->first on, up to the first that is not proven; returns its index. Runs
+ * without the interpreter lock: it reads only immutable line bytes and C buffers. */
+static Py_ssize_t walk(walk_t *w) {
+    const prepared_t *p = w->p;
+    const uint32_t *tab = p->table;
+    const Py_ssize_t classes = p->classes;
+    const unsigned char *cls = p->byte_class, *acc = p->accept;
+    unsigned char claimed[DIGEST], computed[DIGEST];
+    member_t top[TOP_MEMBERS], body[MAX_BODY_MEMBERS];
+    uint32_t walked[LANES];
+    Py_ssize_t walked_from = w->first, walked_to = w->first;
+    long long seq = w->seq;
+    Py_ssize_t i = w->first;
+    for (; i < w->count; i++, seq++) {
+        const unsigned char *s = w->text[i - w->first];
+        const Py_ssize_t n = w->len[i - w->first];
+        /* the grammar, LANES lines at a time */
+        if (i >= walked_to) {
+            int lanes = 0;
+            while (lanes < LANES && i + lanes < w->count) lanes++;
+            walk_lanes(tab, cls, p->start, w->text + (i - w->first), w->len + (i - w->first), lanes,
+                       walked);
+            walked_from = i;
+            walked_to = i + lanes;
+        }
+        const uint32_t state = walked[i - walked_from];
+        if (!state) break;
+        const unsigned int kind = acc[state / classes];
+        if (kind == 255) break;
+        if (!is_ascii(s, n) && !valid_utf8(s, n)) break;
+        /* its facts */
+        if (split_object(s, 0, n, top, TOP_MEMBERS) != TOP_MEMBERS) break;
+        const member_t *seq_m = &top[p->seq_member], *time_m = &top[p->time_member],
+                       *mac_m = &top[p->mac_member];
+        if (seq_m->end - seq_m->start > 15 || seq_m->end <= seq_m->start ||
+            time_m->end - time_m->start < 2 || mac_m->end - mac_m->start != 2 * DIGEST + 2)
+            break;
+        long long value = 0;
+        Py_ssize_t k = seq_m->start;
+        for (; k < seq_m->end && s[k] >= '0' && s[k] <= '9'; k++) value = value * 10 + (s[k] - '0');
+        if (k != seq_m->end || value != seq) break;
+        const unsigned char *t = s + time_m->start + 1;
+        const Py_ssize_t t_len = time_m->end - time_m->start - 2;
+        {
+            Py_ssize_t common = t_len < w->last_time_len ? t_len : w->last_time_len;
+            int order = memcmp(t, w->last_time, (size_t)common);
+            if (order < 0 || (order == 0 && t_len < w->last_time_len)) break;
+        }
+        const unsigned char *f = p->folds + FOLD * kind;
+        const int folded = w->fold && f[3];
+        if (folded && split_object(s, top[0].start, n, body, f[0]) != f[0]) break;
+        /* proven: record it */
+        if (!leaf_hash(w->md, p->sha256, s, n, w->leaves + i * DIGEST)) {
+            w->crypto_failed = 1;
+            break;
+        }
+        w->kind_counts[kind]++;
+        if (folded) {
+            folded_t *out = &w->folded[w->folded_used++];
+            out->line = i;
+            out->task_start = body[f[1]].start;
+            out->task_end = body[f[1]].end;
+            out->path_start = body[f[2]].start;
+            out->path_end = body[f[2]].end;
+            out->op = f[3];
+        }
+        if (w->first_time == NULL) {
+            w->first_time = t;
+            w->first_time_len = t_len;
+        }
+        w->last_time = t;
+        w->last_time_len = t_len;
+        w->last_mac_hex = s + mac_m->start + 1;
+        if (w->chaining) {
+            /* the MAC covers the line without ,"mac":"<hex>" */
+            const Py_ssize_t cut = mac_m->key - 1, resume = mac_m->end;
+            size_t out_len = 0;
+            if (!EVP_MAC_init(w->hmac, NULL, 0, NULL) ||
+                !EVP_MAC_update(w->hmac, w->chained, DIGEST) ||
+                !EVP_MAC_update(w->hmac, s, (size_t)cut) ||
+                !EVP_MAC_update(w->hmac, s + resume, (size_t)(n - resume)) ||
+                !EVP_MAC_final(w->hmac, computed, &out_len, DIGEST) || out_len != DIGEST) {
+                w->crypto_failed = 1;
+                break;
+            }
+            if (!unhex(w->last_mac_hex, claimed) || CRYPTO_memcmp(computed, claimed, DIGEST)) {
+                w->mismatch = i;
+                w->chaining = 0;
+            } else {
+                memcpy(w->chained, computed, DIGEST);
+            }
+        }
+    }
+    return i;
+}
+
 static PyObject *check(PyObject *self, PyObject *args) {
     PyObject *lines, *capsule, *prev_time_obj, *prev_mac_obj, *leaves_obj, *counts_obj, *fold;
     Py_ssize_t first;
@@ -424,23 +548,18 @@ static PyObject *check(PyObject *self, PyObject *args) {
         return NULL;
     const prepared_t *p = PyCapsule_GetPointer(capsule, CAPSULE);
     if (p == NULL) return NULL;
-    PyObject *result = NULL;
-    Py_buffer leaves = {0}, counts = {0}, prev_time = {0}, prev_mac = {0};
-    int have_leaves = 0, have_counts = 0, have_time = 0, have_mac = 0;
-    PyObject *fold_last = NULL, *fold_writes = NULL, *fold_merged = NULL;
     if (fold != Py_None && (!PyTuple_Check(fold) || PyTuple_GET_SIZE(fold) != 3 ||
                             !PyDict_Check(PyTuple_GET_ITEM(fold, 0)) ||
                             !PyDict_Check(PyTuple_GET_ITEM(fold, 1)))) {
         PyErr_SetString(PyExc_TypeError, "fold must be None or (dict, dict, merged)");
         return NULL;
     }
-    if (fold != Py_None) {
-        fold_last = PyTuple_GET_ITEM(fold, 0);
-        fold_writes = PyTuple_GET_ITEM(fold, 1);
-        fold_merged = PyTuple_GET_ITEM(fold, 2);
-    }
-    EVP_MD_CTX *md = NULL;
-    EVP_MAC_CTX *hmac = NULL;
+    PyObject *result = NULL;
+    Py_buffer leaves = {0}, counts = {0}, prev_time = {0}, prev_mac = {0};
+    int have_leaves = 0, have_counts = 0, have_time = 0, have_mac = 0;
+    walk_t w;
+    memset(&w, 0, sizeof w);
+    w.mismatch = -1;
 
     if (!write_buffer(leaves_obj, &leaves, "leaves")) goto done;
     have_leaves = 1;
@@ -466,149 +585,74 @@ static PyObject *check(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "first, leaves or counts out of range");
         goto done;
     }
-    md = EVP_MD_CTX_new();
-    if (md == NULL) {
+    /* what the walk reads: each line's bytes, up to the first that is not bytes or too long */
+    w.p = p;
+    w.first = first;
+    w.seq = seq;
+    w.leaves = (unsigned char *)leaves.buf;
+    w.kind_counts = (uint32_t *)counts.buf;
+    w.fold = fold != Py_None;
+    w.last_time = (const unsigned char *)prev_time.buf;
+    w.last_time_len = prev_time.len;
+    w.text = PyMem_Malloc(sizeof(*w.text) * (size_t)(count - first + 1));
+    w.len = PyMem_Malloc(sizeof(*w.len) * (size_t)(count - first + 1));
+    w.folded = PyMem_Malloc(sizeof(*w.folded) * (size_t)(count - first + 1));
+    w.md = EVP_MD_CTX_new();
+    if (w.text == NULL || w.len == NULL || w.folded == NULL || w.md == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    w.count = first;
+    while (w.count < count) {
+        PyObject *item = PyList_GET_ITEM(lines, w.count);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) > p->max_line) break;
+        w.text[w.count - first] = (const unsigned char *)PyBytes_AS_STRING(item);
+        w.len[w.count - first] = PyBytes_GET_SIZE(item);
+        w.count++;
+    }
     if (have_mac) {
-        hmac = EVP_MAC_CTX_dup(p->hmac);
-        if (hmac == NULL) {
+        w.hmac = EVP_MAC_CTX_dup(p->hmac);
+        if (w.hmac == NULL) {
             PyErr_SetString(PyExc_RuntimeError, "OpenSSL HMAC-SHA256 unavailable");
             goto done;
         }
+        w.chaining = 1;
+        memcpy(w.chained, prev_mac.buf, DIGEST);
     }
-    const uint32_t *tab = p->table;
-    const Py_ssize_t classes = p->classes, max_line = p->max_line;
-    const int seq_member = p->seq_member, time_member = p->time_member,
-              mac_member = p->mac_member;
-    const uint32_t start_state = p->start;
-    const unsigned char *cls = p->byte_class;
-    const unsigned char *acc = p->accept;
-    uint32_t *kind_counts = (uint32_t *)counts.buf;
-    unsigned char chained[DIGEST], claimed[DIGEST], computed[DIGEST];
-    int chaining = have_mac;
-    if (have_mac) memcpy(chained, prev_mac.buf, DIGEST);
-    Py_ssize_t mismatch = -1;
-    const unsigned char *last_time = (const unsigned char *)prev_time.buf;
-    Py_ssize_t last_time_len = prev_time.len;
-    const unsigned char *first_time = NULL;
-    Py_ssize_t first_time_len = 0;
-    const unsigned char *last_mac_hex = NULL;
-    member_t top[TOP_MEMBERS], body[MAX_BODY_MEMBERS];
-
-    uint32_t walked[LANES];
-    Py_ssize_t walked_from = first, walked_to = first;
-    Py_ssize_t i = first;
-    for (; i < count; i++, seq++) {
-        PyObject *item = PyList_GET_ITEM(lines, i);
-        if (!PyBytes_Check(item)) break;
-        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
-        const Py_ssize_t n = PyBytes_GET_SIZE(item);
-        if (n > max_line) break;
-        /* the grammar, LANES lines at a time */
-        if (i >= walked_to) {
-            const unsigned char *text[LANES];
-            Py_ssize_t len[LANES];
-            int lanes = 0;
-            for (; lanes < LANES && i + lanes < count; lanes++) {
-                PyObject *next = PyList_GET_ITEM(lines, i + lanes);
-                if (!PyBytes_Check(next) || PyBytes_GET_SIZE(next) > max_line) break;
-                text[lanes] = (const unsigned char *)PyBytes_AS_STRING(next);
-                len[lanes] = PyBytes_GET_SIZE(next);
-            }
-            walk_lanes(tab, cls, start_state, text, len, lanes, walked);
-            walked_from = i;
-            walked_to = i + lanes;
-        }
-        const uint32_t state = walked[i - walked_from];
-        if (!state) break;
-        const unsigned int kind = acc[state / classes];
-        if (kind == 255) break;
-        if (!is_ascii(s, n) && !valid_utf8(s, n)) break;
-        /* its facts */
-        if (split_object(s, 0, n, top, TOP_MEMBERS) != TOP_MEMBERS) break;
-        const member_t *seq_m = &top[seq_member], *time_m = &top[time_member],
-                       *mac_m = &top[mac_member];
-        if (seq_m->end - seq_m->start > 15 || time_m->end - time_m->start < 2 ||
-            mac_m->end - mac_m->start != 2 * DIGEST + 2)
-            break;
-        long long value = 0;
-        for (Py_ssize_t k = seq_m->start; k < seq_m->end; k++) {
-            if (s[k] < '0' || s[k] > '9') goto unproven;
-            value = value * 10 + (s[k] - '0');
-        }
-        if (value != seq) break;
-        const unsigned char *t = s + time_m->start + 1;
-        const Py_ssize_t t_len = time_m->end - time_m->start - 2;
-        {
-            Py_ssize_t common = t_len < last_time_len ? t_len : last_time_len;
-            int order = memcmp(t, last_time, (size_t)common);
-            if (order < 0 || (order == 0 && t_len < last_time_len)) break;
-        }
-        const unsigned char *f = p->folds + FOLD * kind;
-        const int folded = fold != Py_None && f[3];
-        if (folded && split_object(s, top[0].start, n, body, f[0]) != f[0]) break;
-        /* proven: record it */
-        if (!leaf_hash(md, p->sha256, s, n, (unsigned char *)leaves.buf + i * DIGEST)) {
-            PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 failed");
+    Py_ssize_t stop;
+    Py_BEGIN_ALLOW_THREADS
+    stop = walk(&w);
+    Py_END_ALLOW_THREADS
+    if (w.crypto_failed) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 or HMAC-SHA256 failed");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < w.folded_used; k++) {
+        const folded_t *f = &w.folded[k];
+        if (!fold_line(PyTuple_GET_ITEM(fold, 0), PyTuple_GET_ITEM(fold, 1),
+                       PyTuple_GET_ITEM(fold, 2), w.text[f->line - first], f))
             goto done;
-        }
-        kind_counts[kind]++;
-        if (folded && !fold_line(fold_last, fold_writes, fold_merged, s, body, f, i)) goto done;
-        if (first_time == NULL) {
-            first_time = t;
-            first_time_len = t_len;
-        }
-        last_time = t;
-        last_time_len = t_len;
-        last_mac_hex = s + mac_m->start + 1;
-        if (chaining) {
-            /* the MAC covers the line without ,"mac":"<hex>" */
-            const Py_ssize_t cut = mac_m->key - 1, resume = mac_m->end;
-            size_t out_len = 0;
-            if (!EVP_MAC_init(hmac, NULL, 0, NULL) ||
-                !EVP_MAC_update(hmac, chained, DIGEST) ||
-                !EVP_MAC_update(hmac, s, (size_t)cut) ||
-                !EVP_MAC_update(hmac, s + resume, (size_t)(n - resume)) ||
-                !EVP_MAC_final(hmac, computed, &out_len, DIGEST) || out_len != DIGEST) {
-                PyErr_SetString(PyExc_RuntimeError, "OpenSSL HMAC-SHA256 failed");
-                goto done;
-            }
-            if (!unhex(last_mac_hex, claimed) || CRYPTO_memcmp(computed, claimed, DIGEST)) {
-                mismatch = i;
-                chaining = 0;
-            } else {
-                memcpy(chained, computed, DIGEST);
-            }
-        }
-        continue;
-    unproven:
-        break;
     }
     {
-        PyObject *mac_out;
-        if (last_mac_hex != NULL) {
-            unsigned char raw[DIGEST];
-            if (!unhex(last_mac_hex, raw)) {
-                mac_out = Py_None;
-                Py_INCREF(mac_out);
-            } else {
-                mac_out = PyBytes_FromStringAndSize((const char *)raw, DIGEST);
-            }
+        PyObject *mac_out = Py_None;
+        unsigned char raw[DIGEST];
+        if (w.last_mac_hex != NULL && unhex(w.last_mac_hex, raw)) {
+            mac_out = PyBytes_FromStringAndSize((const char *)raw, DIGEST);
+            if (mac_out == NULL) goto done;
         } else {
-            mac_out = Py_None;
             Py_INCREF(mac_out);
         }
-        if (mac_out == NULL) goto done;
-        result = Py_BuildValue(
-            "nny#y#N", i, mismatch,
-            first_time ? (const char *)first_time : "", first_time ? first_time_len : 0,
-            (const char *)last_time, last_time_len, mac_out);
+        result = Py_BuildValue("nny#y#N", stop, w.mismatch,
+                               w.first_time ? (const char *)w.first_time : "",
+                               w.first_time ? w.first_time_len : 0,
+                               (const char *)w.last_time, w.last_time_len, mac_out);
     }
 done:
-    if (hmac) EVP_MAC_CTX_free(hmac);
-    if (md) EVP_MD_CTX_free(md);
+    PyMem_Free((void *)w.text);
+    PyMem_Free(w.len);
+    PyMem_Free(w.folded);
+    if (w.hmac) EVP_MAC_CTX_free(w.hmac);
+    if (w.md) EVP_MD_CTX_free(w.md);
     if (have_mac) PyBuffer_Release(&prev_mac);
     if (have_time) PyBuffer_Release(&prev_time);
     if (have_counts) PyBuffer_Release(&counts);
@@ -643,27 +687,39 @@ static PyObject *levels(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 unavailable");
         goto fail;
     }
+    /* every level's bytes made first, then all hashed without the interpreter lock */
     while (count > 1) {
-        const unsigned char *below = (const unsigned char *)PyBytes_AS_STRING(row);
-        Py_ssize_t pairs = count / 2;
-        PyObject *next = PyBytes_FromStringAndSize(NULL, pairs * DIGEST);
-        if (next == NULL) goto fail;
-        unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(next);
+        count /= 2;
+        Py_DECREF(row);
+        row = PyBytes_FromStringAndSize(NULL, count * DIGEST);
+        if (row == NULL || PyList_Append(out, row) < 0) goto fail;
+    }
+    {
+        const Py_ssize_t height = PyList_GET_SIZE(out);
+        int failed = 0;
+        Py_BEGIN_ALLOW_THREADS
         static const unsigned char prefix = 0x01;
-        for (Py_ssize_t k = 0; k < pairs; k++) {
-            unsigned int len = 0;
-            if (!EVP_DigestInit_ex2(md, sha256, NULL) || !EVP_DigestUpdate(md, &prefix, 1) ||
-                !EVP_DigestUpdate(md, below + 2 * k * DIGEST, 2 * DIGEST) ||
-                !EVP_DigestFinal_ex(md, dst + k * DIGEST, &len)) {
-                Py_DECREF(next);
-                PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 failed");
-                goto fail;
+        for (Py_ssize_t h = 1; h < height && !failed; h++) {
+            const unsigned char *below =
+                (const unsigned char *)PyBytes_AS_STRING(PyList_GET_ITEM(out, h - 1));
+            PyObject *level = PyList_GET_ITEM(out, h);
+            unsigned char *dst = (unsigned char *)PyBytes_AS_STRING(level);
+            const Py_ssize_t pairs = PyBytes_GET_SIZE(level) / DIGEST;
+            for (Py_ssize_t k = 0; k < pairs; k++) {
+                unsigned int len = 0;
+                if (!EVP_DigestInit_ex2(md, sha256, NULL) || !EVP_DigestUpdate(md, &prefix, 1) ||
+                    !EVP_DigestUpdate(md, below + 2 * k * DIGEST, 2 * DIGEST) ||
+                    !EVP_DigestFinal_ex(md, dst + k * DIGEST, &len)) {
+                    failed = 1;
+                    break;
+                }
             }
         }
-        Py_DECREF(row);
-        row = next;
-        if (PyList_Append(out, row) < 0) goto fail;
-        count = pairs;
+        Py_END_ALLOW_THREADS
+        if (failed) {
+            PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 failed");
+            goto fail;
+        }
     }
     goto done;
 fail:

@@ -108,6 +108,7 @@ class ChunkPool:
         self._next_tag = 0
         self._early: dict[int, tuple[bool, object]] = {}
         self.window = workers + 2
+        self.workers = workers
         for _ in range(workers):
             process = context.Process(
                 target=_work, args=(self._tasks, self._results), name="harness-verify-chunks"
