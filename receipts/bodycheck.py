@@ -57,7 +57,9 @@ def _compile(store: str, kind: str) -> BodyCheck | None:
 
 class BodyChecker:
     """``check(kind, body)`` for one store: returns if ``check_body`` would, else raises its
-    ``SchemaError``. ``body`` must be a ``dict`` (the writer passes its own copy)."""
+    ``SchemaError``. ``body`` must be a plain ``dict`` (the writer passes the caller's own, or
+    its copy of any other mapping: a subclass could show the closure other members than it
+    encodes)."""
 
     __slots__ = ("compiled", "store")
 
