@@ -7,10 +7,11 @@ real git repository; every batch spawns the no-op agent ``true`` in its own work
 figures include real processes and git, but no model). ``evidence_cpu_us_per_event`` is the
 process CPU spent inside the evidence stores (serialization, MACs, Merkle updates, writes) per
 record written, measured around ``StoreWriter.append_many`` (the runtime group-commits each
-tick's decisions); ``evidence_cpu_us_per_event_without_fsync`` is the same less the kernel CPU
-spent in ``fdatasync`` (``fsync_cpu_us_per_commit`` per group commit, ``group_commits`` of
-them): the floor any durable commit pays on this file system. The scheduler's own rate over
-10^4 queued tasks is bench/scheduler.py.
+tick's records: the last retirement, the promotions and the spawns, then ``agent.started``;
+``commits_per_batch``); ``evidence_cpu_us_per_event_without_fsync`` is the same less the
+kernel CPU spent in ``fdatasync`` (``fsync_cpu_us_per_commit`` per group commit,
+``group_commits`` of them): the floor any durable commit pays on this file system. The
+scheduler's own rate over 10^4 queued tasks is bench/scheduler.py.
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def evidence_cost(tasks: int) -> dict[str, float]:
         / max(spent["records"], 1)
         * 1e6,
         "group_commits": spent["commits"],
+        "commits_per_batch": spent["commits"] / max(summary.batches, 1),
         "fsync_cpu_us_per_commit": spent["fsync_cpu"] / max(spent["commits"], 1) * 1e6,
         "run_seconds": wall,
         "tasks_per_s_end_to_end": tasks / wall,

@@ -72,8 +72,7 @@ class Runtime(RunCore):
                         if state in (S.PLANNED, S.OPEN, S.BLOCKED, S.CLAIMED):
                             self.move(task, S.CANCELLED, "operator stop")
                     break
-                self._promote()
-                self.flush()
+                self._promote()  # flushed with the batches it lets start (``_launch``)
                 started = self._launch(window)
                 if not window:
                     if not started and is_quiescent(self.table, {}):
@@ -114,9 +113,15 @@ class Runtime(RunCore):
 
     def _launch(self, window: list[BatchJob]) -> bool:
         """Choose batches for the free slots (locks and role limits as the scheduler rules),
-        record and flush every spawn in batch order, then start the processes."""
+        record and flush every spawn in batch order, then start the processes.
+
+        The first flush here is the tick's group commit: the last retirement's records, the
+        promotions and every claim, lock and spawn of this decision point, in that order, all
+        durable before any of these processes starts (one fdatasync instead of three; issue
+        14). It is made whether or not a batch is chosen."""
         free = self._max_in_flight() - len(window)
         if free <= 0 or any(is_rounds_batch(self, job.batch.tasks) for job in window):
+            self.flush()  # the tick's records (a retirement, promotions) even so
             return False  # a rounds task runs alone (decision 0033)
         in_flight: dict[str, int] = {}
         for job in window:

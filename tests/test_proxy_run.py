@@ -72,16 +72,16 @@ def kept_io(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     wrote there: its environment)."""
     out = tmp_path / "kept-io"
     out.mkdir()
-    original = BatchJob.cleanup
+    original = BatchJob.remove_worktree  # what removes the batch folder, io included
 
-    def cleanup(self: BatchJob) -> None:
+    def remove_worktree(self: BatchJob) -> None:
         if self.dirs.io.is_dir():
             target = out / f"{self.run.run_id}-{self.batch.id}"
             skip = shutil.ignore_patterns("*.sock")
             shutil.copytree(self.dirs.io, target, dirs_exist_ok=True, ignore=skip)
         original(self)
 
-    monkeypatch.setattr(BatchJob, "cleanup", cleanup)
+    monkeypatch.setattr(BatchJob, "remove_worktree", remove_worktree)
     return out
 
 

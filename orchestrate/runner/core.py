@@ -124,6 +124,8 @@ class RunCore:
         )
         """The event bus: publishes after every audit group commit (docs/spec/events.md)."""
         self._pending: list[tuple[str, Mapping[str, Any]]] = []
+        self._when_durable: list[Callable[[], None]] = []
+        """Effects waiting for the queued records that authorise them (``when_durable``)."""
         self.merged: list[str] = []
         self.prechecked: set[str] = set()
         """Tasks whose promotion-time capsule check is recorded (not repeated every tick)."""
@@ -153,11 +155,32 @@ class RunCore:
         self._pending.append((kind, body))
 
     def flush(self) -> None:
-        """Append the queued audit records in one group commit (see ``audit``)."""
+        """Append the queued audit records in one group commit (see ``audit``), then carry
+        out the effects that waited for them (``when_durable``)."""
         if self._pending:
             pending, self._pending = self._pending, []
+            effects, self._when_durable = self._when_durable, []
+            # A failed append drops the waiting effects: their records are not durable.
             acks = self.recorder.store("audit").append_many(pending)
-            self.events.audited(pending, acks)
+            try:
+                self.events.audited(pending, acks)
+            finally:
+                _carry_out(effects)  # the records are durable, whatever the bus did
+
+    def when_durable(self, effect: Callable[[], None]) -> None:
+        """Carry out ``effect`` once every record queued so far is durable: at once when the
+        queue is empty, else right after the next flush.
+
+        Why: a flush costs one fdatasync (most of the evidence's CPU per event, issue 14),
+        so an effect that needs the records before it but nothing else to wait for it (a
+        retired batch's worktree removal) is not a reason for a flush of its own; it rides on
+        the next one, which comes before the next outside effect anyway (the next decision
+        point's spawn flush, or ``run.end``). "Flush before every effect" holds as before.
+        """
+        if self._pending:
+            self._when_durable.append(effect)
+        else:
+            effect()
 
     @property
     def desk(self) -> Any:
@@ -254,3 +277,17 @@ class RunCore:
                 "violations": list(violations),
             },
         )
+
+
+def _carry_out(effects: list[Callable[[], None]]) -> None:
+    """Run every effect in order; a failing one does not keep the later ones from running
+    (each is independent, e.g. one batch's worktree removal), and the first error is raised
+    once they all ran."""
+    error: BaseException | None = None
+    for effect in effects:
+        try:
+            effect()
+        except Exception as exc:
+            error = error or exc
+    if error is not None:
+        raise error

@@ -377,11 +377,22 @@ class BatchJob:
     # -- after retirement -----------------------------------------------------------------
 
     def cleanup(self) -> None:
-        """Remove the worktree and the batch folder; the branch stays (it holds the
-        committed work, merged or not: unmerged work is never deleted)."""
-        run = self.run
-        close_batch(run, self.batch.id)
+        """Close the agent's review gate and proxy, then remove the worktree and the batch
+        folder; the branch stays (it holds the committed work, merged or not: unmerged work
+        is never deleted)."""
+        self.close()
+        self.remove_worktree()
+
+    def close(self) -> None:
+        """Settle the review gate (what still waits is denied and recorded) and stop the
+        proxy: at retirement, before anything else is decided."""
+        close_batch(self.run, self.batch.id)
         self.stop_proxy()
+
+    def remove_worktree(self) -> None:
+        """Remove the worktree and the batch folder (a leftover is committed to the branch
+        first). Retirement defers this until its records are durable (``when_durable``)."""
+        run = self.run
         with contextlib.suppress(git.GitError):
             if self.output is None and self.worktree.exists():  # never collected: keep it
                 git.commit_all(self.worktree, f"{self.batch.id}: salvage", date=run.git_date)

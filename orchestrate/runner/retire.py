@@ -45,18 +45,31 @@ FEEDBACK_CHARS = 4000
 
 def retire(run: RunCore, job: BatchJob) -> None:
     """Record everything about a finished job and land or fail it; release its lock; then
-    respace progressive sealing (wider after a merge, narrower after a failure)."""
+    respace progressive sealing (wider after a merge, narrower after a failure).
+
+    The records are queued, not flushed here (a merge flushes before itself): they become
+    durable in the next group commit, with the decisions they lead to, which comes before
+    the next outside effect (a spawn, a merge, the worktree's removal, ``run.end``)."""
     merged_before = len(run.merged)
+    leaving = False
     try:
         if job.error is not None and job.outcome is None:
             _fail(run, job, "crash", job.error)
             return
         _retire(run, job)
+    except BaseException:
+        leaving = True  # a replay miss or an error leaves the loop: commit what is known now
+        raise
     finally:
         _release(run, job, "retired")
         _steps(run, job)
-        run.flush()
-        job.cleanup()
+        job.close()
+        if leaving:
+            run.flush()
+        # Otherwise no flush of its own: the retirement's records ride on the next group
+        # commit (the next decision point's, before any process starts, or run.end's), and
+        # the worktree is removed only once they are durable.
+        run.when_durable(job.remove_worktree)
         _respace(run, succeeded=len(run.merged) > merged_before)
 
 
@@ -305,7 +318,7 @@ def _merge(run: RunCore, job: BatchJob) -> None:
         for task in job.tasks:
             run.move(task.id, S.DONE, "gates passed and merged")
             run.merged.append(task.id)
-        return  # made durable by ``retire``'s flush, before the worktree's cleanup
+        return  # durable at the next flush, before the worktree's removal (``retire``)
     ours = git.head(run.repo)
     theirs = head if head is not None else git.head(run.repo, job.branch)
     for task in job.tasks:
