@@ -357,17 +357,30 @@ def test_cli_jobs_option(base: bytes, tmp_path: Path) -> None:
     assert "--jobs" in refused.stderr
 
 
-def test_tampered_receipts_same_verdict_in_parallel(base: bytes, chunk_records: int) -> None:
+@pytest.mark.parametrize("tamper", ["leaf-index", "swapped", "not-canonical", "truncated"])
+def test_tampered_receipts_same_verdict_in_parallel(
+    base: bytes, chunk_records: int, tamper: str
+) -> None:
     """Each receipt edited in turn (the manifest re-signed around it): the receipts check
-    names the same receipt, checked in worker batches or one by one."""
+    names the same receipt, checked in worker batches, verified by the workers as they were
+    read (``receiptprefetch``) or one by one. A swapped receipt verifies on its own and fails
+    only its match with the lineage log; the others fail their own verification."""
     bundle = Bundle.from_tar(base, KEYS)
     names = sorted(name for name in bundle.members if "/receipts/" in name)
     assert len(names) >= 9
-    for name in names:
+    for index, name in enumerate(names):
         tampered = bundle.copy()
-        receipt = orjson.loads(tampered.members[name])
-        receipt["leaf_index"] += 1
-        tampered.members[name] = orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)
+        if tamper == "leaf-index":
+            receipt = orjson.loads(tampered.members[name])
+            receipt["leaf_index"] += 1
+            tampered.members[name] = orjson.dumps(receipt, option=orjson.OPT_SORT_KEYS)
+        elif tamper == "swapped":
+            other = names[(index + 1) % len(names)]
+            tampered.members[name] = bundle.members[other]
+        elif tamper == "not-canonical":
+            tampered.members[name] = bundle.members[name].replace(b'":', b'": ', 1)
+        else:
+            tampered.members[name] = bundle.members[name][:-9]
         data = tampered.resign()
         sequential = _report(data, 1)
         assert sequential[1] != 0, name

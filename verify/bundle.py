@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Final
 
+from . import runreceipts
 from .archive import ArchiveError, ArchiveReader, Limits, Member, open_source
 from .bundlehead import (
     HashingMember,
@@ -81,6 +82,7 @@ from .manifest import Manifest
 from .policy import EMPTY_POLICY, TrustPolicy
 from .policycheck import listed_plan_member
 from .progress import ProgressSink
+from .receiptprefetch import ReceiptPrefetch
 from .records import STORES, Record
 from .report import (
     CHECK_HINTS,
@@ -420,10 +422,21 @@ class _Pass:
         self._keep(name, data)
         if self._account(member, data) and self.checking and self.run is not None:
             self.run.small[name] = data
+            if len(parts) > 3 and parts[2] == "receipts":
+                self._prefetch(self.run, name, data)
             if name.endswith(".quarantine.jsonl") and (
                 error := check_quarantine(self.run, name, data)
             ):
                 self.fail("records", error)
+
+    def _prefetch(self, run: RunState, name: str, data: bytes) -> None:
+        """Send a run's receipts to the workers as they are read, when it has many
+        (``receiptprefetch``): they are verified while the stores are."""
+        if run.receipts is None:
+            if self.pool is None or len(run.claim.receipts) < runreceipts.PARALLEL_MIN_RECEIPTS:
+                return
+            run.receipts = ReceiptPrefetch(self.pool, self.signer)
+        run.receipts.add(name, data)
 
     # ---- records + merkle-roots (+ hmac-chain and semantics, folded in) ----------------------
     def _store(self, reader: ArchiveReader, member: Member, store: str) -> None:
@@ -555,6 +568,7 @@ class _Pass:
                     self.signer,
                     self.manifest.producer if self.manifest else "",
                     self.pool,
+                    run.receipts.verified() if run.receipts is not None else None,
                 )
             except VerificationError as exc:
                 self.fail("receipts", exc)

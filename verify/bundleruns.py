@@ -26,6 +26,7 @@ from .errors import (
 from .layout import checkpoint_member, consistency_member, store_member
 from .manifest import RunClaim
 from .merkle import verify_consistency
+from .receiptprefetch import ReceiptPrefetch
 from .records import STORES
 from .runcheck import open_checkpoints
 from .semantics import RunSemantics
@@ -47,6 +48,8 @@ class RunState:
     results: dict[str, StoreResult] = field(default_factory=dict)
     checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
     semantics: RunSemantics | None = None
+    receipts: ReceiptPrefetch | None = None
+    """The run's receipts sent to the workers as they were read, when it has many."""
 
 
 def store_checkpoints(run: RunState, store: str, signer: str) -> list[Checkpoint] | None:

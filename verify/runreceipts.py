@@ -43,7 +43,13 @@ from .layout import attestation_member, checkpoint_member, receipt_member
 from .lineage import FinalArtifact
 from .manifest import RunClaim
 from .note import parse_verifier_key
-from .receipt import MAX_RECEIPT_BYTES, ReceiptError, ReceiptMemo, verify_receipt
+from .receipt import (
+    MAX_RECEIPT_BYTES,
+    ReceiptError,
+    ReceiptMemo,
+    VerifiedReceipt,
+    verify_receipt,
+)
 from .storecheck import StoreResult
 
 ENVELOPE_LIMIT: Final = 64 << 20
@@ -131,11 +137,15 @@ def check_run_receipts(
     signer: str,
     producer: str,
     pool: ReceiptPool | None = None,
+    verified: Mapping[str, tuple[bytes, VerifiedReceipt]] | None = None,
 ) -> int:
     """Verify one run's receipts and attestations; returns how many objects were checked.
 
     With ``pool`` (``storepool.ChunkPool``), a run's many receipts are checked in batches by
-    its worker processes; the first failure in artifact order is the one raised, as here."""
+    its worker processes; the first failure in artifact order is the one raised, as here.
+    ``verified``: receipts the workers already verified on their own as they were read
+    (``receiptprefetch``), by member, with the bytes verified: then only their match with the
+    lineage log is checked here, and any other receipt is verified here, in order."""
     lineage = stores["lineage"]
     finals = lineage.artifacts.final()
     seqs = tuple(sorted(artifact.seq for artifact in finals))
@@ -145,12 +155,12 @@ def check_run_receipts(
             f"the lineage store's final artifacts are records {list(seqs)[:8]}"
         )
     sealing = read(checkpoint_member(run.run, "lineage", lineage.size), 64 << 10)
-    if pool is not None and len(finals) >= PARALLEL_MIN_RECEIPTS:
+    if not verified and pool is not None and len(finals) >= PARALLEL_MIN_RECEIPTS:
         _check_receipts_in(pool, read, run.run, finals, lineage, sealing, signer)
     else:
         memo = ReceiptMemo()  # the run's receipts share one checkpoint note: opened once
         for artifact in finals:
-            _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo)
+            _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo, verified)
     if not finals:
         return 0  # no subject, no attestations (see harness.receipts.bundle)
     public = Ed25519PublicKey.from_public_bytes(parse_verifier_key(signer).public_key)
@@ -193,9 +203,15 @@ def _check_receipt(
     sealing: bytes,
     signer: str,
     memo: ReceiptMemo | None = None,
+    verified: Mapping[str, tuple[bytes, VerifiedReceipt]] | None = None,
 ) -> None:
-    data = read(receipt_member(run_id, artifact.seq), MAX_RECEIPT_BYTES)
-    _check_receipt_bytes(data, run_id, artifact, lineage.size, lineage.root, sealing, signer, memo)
+    member = receipt_member(run_id, artifact.seq)
+    data = read(member, MAX_RECEIPT_BYTES)
+    earlier = verified.get(member) if verified else None
+    receipt = earlier[1] if earlier is not None and earlier[0] is data else None
+    _check_receipt_bytes(
+        data, run_id, artifact, lineage.size, lineage.root, sealing, signer, memo, receipt
+    )
 
 
 def _check_receipt_bytes(
@@ -207,10 +223,14 @@ def _check_receipt_bytes(
     sealing: bytes,
     signer: str,
     memo: ReceiptMemo | None,
+    receipt: VerifiedReceipt | None = None,
 ) -> None:
+    """Verify a receipt (unless ``receipt`` is its verification, done elsewhere on these same
+    bytes) and match it with this bundle's lineage log."""
     member = receipt_member(run_id, artifact.seq)
     try:
-        receipt = verify_receipt(data, signer=signer, memo=memo)
+        if receipt is None:
+            receipt = verify_receipt(data, signer=signer, memo=memo)
     except ArchiveError:
         raise
     except VerificationError as exc:

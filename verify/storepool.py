@@ -107,6 +107,9 @@ class ChunkPool:
         self._processes: list[BaseProcess] = []
         self._next_tag = 0
         self._early: dict[int, tuple[bool, object]] = {}
+        self._reserved: set[int] = set()
+        """Tags of ``submit``ted jobs not yet ``collect``ed: their outcomes are kept whatever
+        else runs in between."""
         self.window = workers + 2
         self.workers = workers
         for _ in range(workers):
@@ -177,7 +180,8 @@ class ChunkPool:
         (a module-level ``job``: it is sent by name). A job no worker could run (it raised, or
         its worker died) is run here, so its outcome, or exception, is the in-process one."""
         pickle.dumps(job)  # a job the queue's feeder thread cannot send would never return
-        self._early.clear()  # outcomes of an earlier call that stopped early
+        # outcomes of an earlier call that stopped early go; those of submitted jobs stay
+        self._early = {tag: got for tag, got in self._early.items() if tag in self._reserved}
         pending: deque[tuple[int, P]] = deque()
         for payload in payloads:
             if self.broken:
@@ -191,6 +195,25 @@ class ChunkPool:
                 yield self._take(job, pending.popleft())
         while pending:
             yield self._take(job, pending.popleft())
+
+    def submit(self, job: Callable[[P], R], payload: P) -> int:
+        """Start ``job(payload)`` on a worker now; ``collect`` its outcome later (in any order
+        with ``map``). Returns its tag (-1: the pool is broken, ``collect`` runs it here)."""
+        if self.broken:
+            return -1
+        tag = self._next_tag
+        self._next_tag += 1
+        self._tasks.put((tag, job, payload))
+        self._reserved.add(tag)
+        return tag
+
+    def collect(self, job: Callable[[P], R], tag: int, payload: P) -> R:
+        """The outcome of a ``submit``ted job; run here, with the in-process outcome or
+        exception, if no worker could run it."""
+        try:
+            return self._take(job, (tag, payload))[1]
+        finally:
+            self._reserved.discard(tag)
 
     def _take(self, job: Callable[[P], R], item: tuple[int, P]) -> tuple[P, R]:
         tag, payload = item
@@ -211,6 +234,6 @@ class ChunkPool:
                 if not all(process.is_alive() for process in self._processes):
                     self.broken = True
                 continue
-            if got >= tag:
+            if got >= tag or got in self._reserved:
                 self._early[got] = (done, outcome)
         return self._early.pop(tag)
