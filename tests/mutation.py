@@ -66,13 +66,15 @@ TESTS: dict[str, list[str]] = {
     "verify/intoto.py": ["tests/test_intoto.py", "tests/test_dsse_vectors.py"],
     "verify/records.py": ["tests/test_records.py", "tests/test_store.py"],
     "verify/storecheck.py": ["tests/test_storecheck.py", "tests/test_store.py"],
-    "verify/storechunk.py": [
-        "tests/test_storechunk.py",
-        "tests/test_storecheck.py",
-        "tests/test_chunkcore.py",
+    # test_chunkcore.py is left out: its demo-run fixture does not finish under mutmut's
+    # in-process stats run; test_storechunk.py runs every check_chunk case with the core
+    "verify/storechunk.py": ["tests/test_storechunk.py", "tests/test_storecheck.py"],
+    "verify/grammardfa.py": ["tests/test_grammardfa.py"],
+    "verify/receiptprefetch.py": [
+        "tests/test_parallel_verify.py",
+        "tests/test_storepool_submit.py",
     ],
-    "verify/grammardfa.py": ["tests/test_chunkcore.py"],
-    "verify/chunkcore.py": ["tests/test_chunkcore.py", "tests/test_storechunk.py"],
+    "verify/chunkcore.py": ["tests/test_storechunk.py"],
     "verify/gatecover.py": ["tests/test_gatecover.py"],
     "verify/basepolicy.py": ["tests/test_basepolicy.py", "tests/test_policy_edges.py"],
     "verify/policy.py": [
