@@ -19,12 +19,9 @@ runs every case with and without the core.
 from __future__ import annotations
 
 import os
-import re
-import tempfile
 import time
 from array import array
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,14 +31,15 @@ from hypothesis import strategies as st
 from harness.orchestrate.demo import run_demo
 from harness.receipts.keys import load_keys
 from harness.verify import chunkcore, storecheck, storechunk
-from harness.verify.chain import GENESIS_MAC, derive_store_key
+from harness.verify.chain import GENESIS_MAC
 from harness.verify.errors import ChainError
 from harness.verify.grammardfa import store_dfa
 from harness.verify.lineage import WRITE_MEMBERS, pack_write
-from harness.verify.merkle import leaf_hash, subtree_levels
+from harness.verify.merkle import subtree_levels
 from harness.verify.records import canonical_grammar, split_mac
 
 from .corpus import Bundle
+from .test_chunkcore_paths import both_paths, chunk_task, mutated
 
 CORE = chunkcore._import_core()
 needs_core = pytest.mark.skipif(CORE is None, reason="the compiled core is not built here")
@@ -249,234 +247,25 @@ def test_check_refuses_short_buffers_and_a_mac_without_key(
 # ------------------------------------------------------------- check_chunk, with and without
 
 
-def _verdict_facts(verdict: storechunk.ChunkVerdict) -> tuple[object, ...]:
-    artifacts = None if verdict.artifacts is None else verdict.artifacts.paths
-    return (
-        verdict.checked,
-        verdict.error,
-        verdict.first_time,
-        verdict.last_time,
-        +verdict.kinds,
-        verdict.subtrees,
-        verdict.cut_subtrees,
-        verdict.mac_mismatch,
-        artifacts,
-    )
-
-
-def _both(task: storechunk.ChunkTask) -> tuple[tuple[object, ...], tuple[object, ...]]:
-    saved = (chunkcore.ENABLED, storechunk.GRAMMAR_MIN_LINES)
-    storechunk.GRAMMAR_MIN_LINES = 1
-    try:
-        chunkcore.ENABLED = False
-        pure = _verdict_facts(storechunk.check_chunk(task))
-        chunkcore.ENABLED = True
-        native = _verdict_facts(storechunk.check_chunk(task))
-    finally:
-        chunkcore.ENABLED, storechunk.GRAMMAR_MIN_LINES = saved
-    return pure, native
-
-
-def _task(
-    store: str,
-    lines: list[bytes],
-    start: int,
-    *,
-    keyed: bool,
-    master: bytes = MASTER,
-    prev_mac: bytes | None,
-    merged: frozenset[str] | bool | None,
-    cuts: tuple[int, ...] = (),
-) -> storechunk.ChunkTask:
-    return storechunk.ChunkTask(
-        store,
-        RUN,
-        start,
-        lines,
-        mac_key=derive_store_key(master, store, RUN) if keyed else None,
-        prev_mac=prev_mac,
-        cuts=cuts,
-        artifacts=None if merged is False else (merged,),  # type: ignore[arg-type]
-    )
-
-
-@pytest.fixture(scope="module")
-def keyed_lines() -> dict[str, list[bytes]]:
-    """Stores written with ``MASTER`` as their HMAC key, so MACs chain here: a lineage store
-    of writes and deletes over a few paths (one with escapes, one non-ASCII) in two tasks, and
-    the corpus run's other stores."""
-    from harness.receipts.store import StoreWriter
-
-    out: dict[str, list[bytes]] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "lineage.jsonl"
-        with StoreWriter(path, store="lineage", run_id=RUN, hmac_master=MASTER) as writer:
-            for index in range(48):
-                body: dict[str, object] = {
-                    "actor": "agent",
-                    "model": None if index % 2 else "m",
-                    "mode": "100644",
-                    "parents": [],
-                    "parent_mode": None,
-                    "path": ["p0", 'q"\\\t', "caf\u00e9/\U0001f600", f"p{index % 5}"][index % 4],
-                    "sha256": f"{index:064x}",
-                    "step": 10**15 + index if index == 17 else index,
-                    "task": "t1" if index % 3 else "t2",
-                }
-                if index in (9, 30):
-                    del body["sha256"], body["mode"]
-                    writer.append("artifact.delete", body)
-                else:
-                    writer.append("artifact.write", body)
-        out["lineage"] = path.read_bytes().splitlines()
-    return out
-
-
-def _mutated(lines: list[bytes], data: st.DataObject) -> list[bytes]:
-    lines = list(lines)
-    for _ in range(data.draw(st.integers(0, 2))):
-        index = data.draw(st.integers(0, len(lines) - 1))
-        change = data.draw(st.sampled_from(_CHANGES))
-        if change == "edit":
-            lines[index] = _edited(lines[index], data)
-        elif change == "utf8":
-            text = data.draw(st.sampled_from(_UTF8_SPELLINGS))
-            lines[index] = lines[index].replace(b'"p0"', b'"p' + text + b'"', 1)
-        elif change == "delete" and len(lines) > 1:
-            del lines[index]
-        elif change == "duplicate":
-            lines.insert(index, lines[index])
-        elif change == "swap" and index + 1 < len(lines):
-            lines[index], lines[index + 1] = lines[index + 1], lines[index]
-        elif change == "time":  # earlier or later than its neighbours, or equal to one
-            other = _TIME.search(lines[data.draw(st.integers(0, len(lines) - 1))])
-            when = data.draw(st.sampled_from([other.group(1) if other else b"", *_TIMES]))
-            lines[index] = _TIME.sub(b'"time":"' + when + b'"', lines[index], count=1)
-        elif change == "mac":  # one hex digit of the MAC, anywhere in it
-            found = _MAC.search(lines[index])
-            if found is not None:
-                at = found.start(1) + data.draw(st.integers(0, 63))
-                line = bytearray(lines[index])
-                line[at] = ord("0") if line[at] != ord("0") else ord("f")
-                lines[index] = bytes(line)
-        elif change == "long":
-            lines[index] = lines[index].replace(b'"p0"', b'"p' + b"x" * (1 << 20) + b'"', 1)
-    return lines
-
-
-_CHANGES = ("edit", "utf8", "delete", "duplicate", "swap", "long", "time", "mac")
-_TIME = re.compile(rb'"time":"([^"]*)"')
-_TIMES = (b"2000-01-01T00:00:00.000000Z", b"2099-01-01T00:00:00.000000Z")
-_MAC = re.compile(rb'"mac":"([0-9a-f]{64})"')
-_UTF8_SPELLINGS = (
-    b"\xc3\xa9",  # é
-    b"\xf0\x9f\x98\x80",  # an astral character
-    b"\xef\xbf\xbf",  # U+FFFF
-    b"\xf4\x8f\xbf\xbf",  # U+10FFFF
-    b"\xed\x9f\xbf",  # U+D7FF, just below the surrogates
-    b"\xed\xa0\x80",  # a surrogate
-    b"\xc0\xaf",  # overlong /
-    b"\xe0\x80\xaf",  # overlong
-    b"\xf0\x80\x80\xaf",  # overlong
-    b"\xf4\x90\x80\x80",  # past U+10FFFF
-    b"\xf5\x80\x80\x80",
-    b"\xc3",  # truncated
-    b"\xe2\x82",  # truncated
-    b"\x80",  # a lone continuation byte
-    b"\xff",
-)
-
-
 @needs_core
 @settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(st.data())
-def test_the_core_gives_the_pure_verdict(
-    keyed_lines: dict[str, list[bytes]], demo: Demo, data: st.DataObject
-) -> None:
-    lineage = data.draw(st.booleans())
-    store = "lineage" if lineage else data.draw(st.sampled_from(sorted(demo.lines)))
-    source = keyed_lines["lineage"] if lineage else demo.lines[store]
-    master = MASTER if lineage else demo.master
+def test_the_core_gives_the_pure_verdict_on_every_store(demo: Demo, data: st.DataObject) -> None:
+    """test_chunkcore_paths.py's equivalence, on every store of a real runtime run (every kind
+    it records, typed and free-form, interleaved), keyed with the run's own key."""
+    store = data.draw(st.sampled_from(sorted(demo.lines)))
+    source = demo.lines[store]
     start = data.draw(st.integers(0, len(source) - 1))
-    lines = _mutated(source[start:], data)
+    lines = mutated(source[start:], data)
     keyed = data.draw(st.booleans())
     prev = GENESIS_MAC if start == 0 else bytes.fromhex(split_mac(source[start - 1])[0])
-    prev_mac = data.draw(st.sampled_from([prev, None, bytes(32)])) if keyed else prev
-    merged = data.draw(
-        st.sampled_from([False, None, frozenset({"t1"}), frozenset({"t1", "t2"}), frozenset()])
+    task = chunk_task(
+        store, RUN, lines, start, keyed=keyed, master=demo.master, prev_mac=prev, merged=False
     )
-    cuts = tuple(
-        sorted(set(data.draw(st.lists(st.integers(start + 1, start + len(lines)), max_size=3))))
-    )
-    task = _task(
-        store, lines, start, keyed=keyed, master=master, prev_mac=prev_mac, merged=merged, cuts=cuts
-    )
-    pure, native = _both(task)
-    event(f"error: {pure[1] is not None}, mismatch: {pure[7] is not None}")
+    pure, native = both_paths(task)
     assert native == pure
-
-
-@needs_core
-@pytest.mark.parametrize("spelling", _UTF8_SPELLINGS)
-def test_utf8_in_a_path_as_the_pure_path_decides(
-    keyed_lines: dict[str, list[bytes]], spelling: bytes
-) -> None:
-    lines = [line.replace(b'"p0"', b'"p' + spelling + b'"', 1) for line in keyed_lines["lineage"]]
-    task = _task("lineage", lines, 0, keyed=True, prev_mac=GENESIS_MAC, merged=None)
-    pure, native = _both(task)
-    assert native == pure
-    valid = _is_utf8(spelling)
-    assert (pure[1] is None) is valid  # an invalid spelling fails at the first record using it
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-@needs_core
-def test_the_core_proves_a_whole_real_chunk_itself(
-    keyed_lines: dict[str, list[bytes]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Not a pure path in disguise: on a store of typed kinds every line is proven by the
-    core (the Python per-line checks are never called)."""
-    lines = [line for line in keyed_lines["lineage"] if _step(line) < 10**15]
-    calls: list[bytes] = []
-    original = storechunk._line_facts
-
-    def counted(line: bytes, *args: Any) -> Any:
-        calls.append(line)
-        return original(line, *args)
-
-    monkeypatch.setattr(storechunk, "_line_facts", counted)
-    monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", 1)
-    task = _task(
-        "lineage", keyed_lines["lineage"], 0, keyed=True, prev_mac=GENESIS_MAC, merged=None
-    )
-    verdict = storechunk.check_chunk(task)
-    assert verdict.error is None and verdict.mac_mismatch is None
-    assert verdict.checked == len(keyed_lines["lineage"])
-    assert len(calls) == len(keyed_lines["lineage"]) - len(lines)  # the 16-digit step only
-    assert verdict.subtrees[0][1] == _root(keyed_lines["lineage"])
-
-
-def _step(line: bytes) -> int:
-    found = re.search(rb'"step":(\d+)', line)
-    return int(found.group(1)) if found else 0
-
-
-def _root(lines: list[bytes]) -> bytes:
-    from harness.verify.merkle import CompactRange
-
-    tree = CompactRange()
-    for line in lines[:32]:
-        tree.append(leaf_hash(line))
-    return tree.root()
 
 
 # ------------------------------------------------------------------------ threads for chunks

@@ -62,7 +62,7 @@ class NativeGrammar(NamedTuple):
     """Per kind index: its body's member names, in line order."""
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)  # as store_dfa: up to ~3 MB each (audit), not kept per run
 def native_grammar(
     store: str, run: str, mac_key: bytes | None, fold: tuple[tuple[str, int], ...]
 ) -> NativeGrammar | None:

@@ -237,7 +237,7 @@ def _closures(nfa: _Nfa) -> list[frozenset[int]]:
     return out
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)  # a run's stores are checked one after another: a few
 def store_dfa(store: str, run: str) -> GrammarDfa | None:
     """The DFA of ``canonical_grammar(store, run)``, or None when it cannot be built (then
     the regular expression decides)."""

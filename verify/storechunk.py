@@ -257,7 +257,7 @@ def _check_chunk_native(task: ChunkTask, native: NativeGrammar) -> ChunkVerdict:
         try:
             # decoded: the grammar's regular expression would refuse it as the automaton did
             # (or prove it, only for the order check to fail), so it is not even compiled
-            seq, time, kind, span, match, body = _line_facts(
+            seq, time, kind, span, _, body = _line_facts(
                 line, _no_match, _NO_GRAMMAR, store, run_id, True
             )
             _check_order(seq, start + stop, time, last_time)
@@ -270,10 +270,7 @@ def _check_chunk_native(task: ChunkTask, native: NativeGrammar) -> ChunkVerdict:
         leaves[32 * stop : 32 * stop + 32] = hashlib.sha256(b"\x00" + line).digest()
         kinds[kind] += 1
         if fold is not None and kind in _ARTIFACT_PREFIX:
-            if match is not None:
-                fold.matched(kind, seq, match)
-            else:
-                fold.decoded(kind, seq, body)
+            fold.decoded(kind, seq, body)  # decoded, never matched (above)
         if chaining and mismatch is None:
             chain = MacChain(task.mac_key or b"", prev_mac or b"")
             if chain.chains(mac_input(line, span), line[span[0] : span[1]].decode("ascii")):
