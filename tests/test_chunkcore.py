@@ -39,7 +39,7 @@ from harness.verify.merkle import subtree_levels
 from harness.verify.records import canonical_grammar, split_mac
 
 from .corpus import Bundle
-from .test_chunkcore_paths import both_paths, chunk_task, mutated
+from .test_chunkcore_paths import both_paths, chunk_task, edited, mutated
 
 CORE = chunkcore._import_core()
 needs_core = pytest.mark.skipif(CORE is None, reason="the compiled core is not built here")
@@ -104,31 +104,13 @@ def test_the_automaton_is_the_grammar_on_every_real_line(
     assert accepted >= 4
 
 
-_EDIT_BYTES = b' "\\,:{}[]0123456789abcdefnrtu-\x00\x1f\x7f\xc3\xa9\xff'
-
-
-def _edited(line: bytes, data: st.DataObject) -> bytes:
-    edited = bytearray(line)
-    for _ in range(data.draw(st.integers(1, 3))):
-        position = data.draw(st.integers(0, max(len(edited) - 1, 0)))
-        edit = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        byte = data.draw(st.sampled_from(_EDIT_BYTES))
-        if edit == "replace" and edited:
-            edited[position] = byte
-        elif edit == "insert":
-            edited.insert(position, byte)
-        elif len(edited) > 1:
-            del edited[position]
-    return bytes(edited)
-
-
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_the_automaton_and_the_grammar_agree_on_edited_lines(
     store_lines: dict[str, list[bytes]], data: st.DataObject
 ) -> None:
     store = data.draw(st.sampled_from(sorted(store_lines)))
-    line = _edited(data.draw(st.sampled_from(store_lines[store])), data)
+    line = edited(data.draw(st.sampled_from(store_lines[store])), data)
     dfa = store_dfa(store, RUN)
     assert dfa is not None
     kind = _regex_kind(store, line)

@@ -32,19 +32,21 @@ RUN = "run-1"
 _EDIT_BYTES = b' "\\,:{}[]0123456789abcdefnrtu-\x00\x1f\x7f\xc3\xa9\xff'
 
 
-def _edited(line: bytes, data: st.DataObject) -> bytes:
-    edited = bytearray(line)
+def edited(line: bytes, data: st.DataObject) -> bytes:
+    """One to three bytes of ``line`` replaced, inserted or deleted, chosen among JSON's
+    syntax, escapes, digits, controls and UTF-8 lead, continuation and invalid bytes."""
+    out = bytearray(line)
     for _ in range(data.draw(st.integers(1, 3))):
-        position = data.draw(st.integers(0, max(len(edited) - 1, 0)))
+        position = data.draw(st.integers(0, max(len(out) - 1, 0)))
         edit = data.draw(st.sampled_from(["replace", "insert", "delete"]))
         byte = data.draw(st.sampled_from(_EDIT_BYTES))
-        if edit == "replace" and edited:
-            edited[position] = byte
+        if edit == "replace" and out:
+            out[position] = byte
         elif edit == "insert":
-            edited.insert(position, byte)
-        elif len(edited) > 1:
-            del edited[position]
-    return bytes(edited)
+            out.insert(position, byte)
+        elif len(out) > 1:
+            del out[position]
+    return bytes(out)
 
 
 def verdict_facts(verdict: storechunk.ChunkVerdict) -> tuple[object, ...]:
@@ -150,7 +152,7 @@ def mutated(lines: list[bytes], data: st.DataObject) -> list[bytes]:
         index = data.draw(st.integers(0, len(lines) - 1))
         change = data.draw(st.sampled_from(_CHANGES))
         if change == "edit":
-            lines[index] = _edited(lines[index], data)
+            lines[index] = edited(lines[index], data)
         elif change == "utf8":
             text = data.draw(st.sampled_from(_UTF8_SPELLINGS))
             lines[index] = lines[index].replace(b'"p0"', b'"p' + text + b'"', 1)

@@ -27,6 +27,8 @@ from harness.verify.grammardfa import (
 )
 from harness.verify.records import canonical_grammar
 
+from .test_chunkcore_paths import edited
+
 MASTER = bytes(range(32))
 
 
@@ -141,23 +143,11 @@ def test_the_lineage_automaton_on_real_lines(lineage_lines: list[bytes]) -> None
 def test_the_lineage_automaton_on_edited_lines(
     lineage_lines: list[bytes], data: st.DataObject
 ) -> None:
-    line = bytearray(data.draw(st.sampled_from(lineage_lines)))
-    for _ in range(data.draw(st.integers(1, 3))):
-        position = data.draw(st.integers(0, len(line) - 1))
-        edit = data.draw(st.sampled_from(["replace", "insert", "delete"]))
-        byte = data.draw(
-            st.sampled_from(b' "\\,:{}[]0123456789abcdefnrtu-\x00\x1f\x7f\xc3\xa9\xff')
-        )
-        if edit == "replace":
-            line[position] = byte
-        elif edit == "insert":
-            line.insert(position, byte)
-        elif len(line) > 1:
-            del line[position]
+    line = edited(data.draw(st.sampled_from(lineage_lines)), data)
     dfa = _lineage_dfa()
-    kind = _regex_kind(bytes(line))
+    kind = _regex_kind(line)
     event(f"grammar {'accepts' if kind else 'refuses'}")
-    assert dfa.match(bytes(line)) == kind
+    assert dfa.match(line) == kind
 
 
 def test_an_automaton_is_per_run() -> None:

@@ -237,15 +237,18 @@ typedef struct {
 
 #define CAPSULE "harness.verify._chunkcore.prepared"
 
-static void prepared_free(PyObject *capsule) {
-    prepared_t *p = PyCapsule_GetPointer(capsule, CAPSULE);
-    if (p == NULL) return;
+static void prepared_release(prepared_t *p) {
     PyMem_Free(p->table);
     PyMem_Free(p->accept);
     PyMem_Free(p->folds);
     if (p->sha256) EVP_MD_free(p->sha256);
     if (p->hmac) EVP_MAC_CTX_free(p->hmac);
     PyMem_Free(p);
+}
+
+static void prepared_free(PyObject *capsule) {
+    prepared_t *p = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (p != NULL) prepared_release(p);
 }
 
 PyDoc_STRVAR(prepare_doc,
@@ -346,14 +349,7 @@ static PyObject *prepare(PyObject *self, PyObject *args) {
     capsule = PyCapsule_New(p, CAPSULE, prepared_free);
     if (capsule != NULL) goto done;
 fail:
-    if (p != NULL) {
-        PyMem_Free(p->table);
-        PyMem_Free(p->accept);
-        PyMem_Free(p->folds);
-        if (p->sha256) EVP_MD_free(p->sha256);
-        if (p->hmac) EVP_MAC_CTX_free(p->hmac);
-        PyMem_Free(p);
-    }
+    if (p != NULL) prepared_release(p);
 done:
     PyBuffer_Release(&table);
     PyBuffer_Release(&byte_class);
