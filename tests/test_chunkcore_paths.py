@@ -289,3 +289,31 @@ def _root(lines: list[bytes]) -> bytes:
     for line in lines[:32]:
         tree.append(leaf_hash(line))
     return tree.root()
+
+
+@needs_core
+@pytest.mark.parametrize("bad", [0, 15, 16, 17, 47, 48, 49, 111, 112, 113, 129])
+def test_a_line_the_core_leaves_around_its_gathering_blocks(bad: int) -> None:
+    """The core gathers lines in blocks of 16, 32, 64, ... while every line is proven: a line
+    it leaves to the pure path just before, on or after a block's edge gives the pure verdict,
+    and the lines after it are proven again (one decoded line, a 16-digit step, is valid)."""
+    from harness.receipts.store import StoreWriter
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "lineage.jsonl"
+        with StoreWriter(path, store="lineage", run_id=RUN, hmac_master=MASTER) as writer:
+            for index in range(130):
+                step = 10**15 if index == bad else index
+                writer.append("artifact.write", {
+                    "actor": "a", "model": None, "mode": "100644", "parents": [],
+                    "parent_mode": None, "path": f"p{index % 7}", "sha256": f"{index:064x}",
+                    "step": step, "task": "t1",
+                })  # fmt: skip
+        lines = path.read_bytes().splitlines()
+    task = chunk_task("lineage", RUN, lines, 0, keyed=True, prev_mac=GENESIS_MAC, merged=None)
+    pure, native = both_paths(task)
+    assert native == pure and pure[0] == 130 and pure[1] is None and pure[7] is None
+    broken = [*lines[:bad], lines[bad].replace(b'"step":', b'"step": ', 1), *lines[bad + 1 :]]
+    task = chunk_task("lineage", RUN, broken, 0, keyed=True, prev_mac=GENESIS_MAC, merged=None)
+    pure, native = both_paths(task)
+    assert native == pure and pure[0] == bad and pure[1] is not None

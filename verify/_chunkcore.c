@@ -423,6 +423,7 @@ typedef struct {
     const unsigned char **text; /* text[k], len[k]: line first + k */
     Py_ssize_t *len;
     Py_ssize_t first, count; /* lines [first, count) have text and len */
+    Py_ssize_t from;         /* where the next walk starts (its seq: seq + from - first) */
     long long seq;
     unsigned char *leaves;
     uint32_t *kind_counts;
@@ -439,7 +440,7 @@ typedef struct {
     int crypto_failed;
 } walk_t;
 
-/* Prove lines from w->first on, up to the first that is not proven; returns its index. Runs
+/* Prove lines from w->from on, up to the first that is not proven; returns its index. Runs
  * without the interpreter lock: it reads only immutable line bytes and C buffers. */
 static Py_ssize_t walk(walk_t *w) {
     const prepared_t *p = w->p;
@@ -449,9 +450,9 @@ static Py_ssize_t walk(walk_t *w) {
     unsigned char claimed[DIGEST], computed[DIGEST];
     member_t top[TOP_MEMBERS], body[MAX_BODY_MEMBERS];
     uint32_t walked[LANES];
-    Py_ssize_t walked_from = w->first, walked_to = w->first;
-    long long seq = w->seq;
-    Py_ssize_t i = w->first;
+    Py_ssize_t walked_from = w->from, walked_to = w->from;
+    long long seq = w->seq + (w->from - w->first);
+    Py_ssize_t i = w->from;
     for (; i < w->count; i++, seq++) {
         const unsigned char *s = w->text[i - w->first];
         const Py_ssize_t n = w->len[i - w->first];
@@ -598,14 +599,6 @@ static PyObject *check(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    w.count = first;
-    while (w.count < count) {
-        PyObject *item = PyList_GET_ITEM(lines, w.count);
-        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) > p->max_line) break;
-        w.text[w.count - first] = (const unsigned char *)PyBytes_AS_STRING(item);
-        w.len[w.count - first] = PyBytes_GET_SIZE(item);
-        w.count++;
-    }
     if (have_mac) {
         w.hmac = EVP_MAC_CTX_dup(p->hmac);
         if (w.hmac == NULL) {
@@ -615,10 +608,29 @@ static PyObject *check(PyObject *self, PyObject *args) {
         w.chaining = 1;
         memcpy(w.chained, prev_mac.buf, DIGEST);
     }
-    Py_ssize_t stop;
-    Py_BEGIN_ALLOW_THREADS
-    stop = walk(&w);
-    Py_END_ALLOW_THREADS
+    /* Lines are gathered (what the walk reads without the lock) in blocks that double while
+     * every line is proven: a walk that stops early, where the pure path takes over for one
+     * line, gathered little more than it walked, so a chunk costs O(lines) however often. */
+    Py_ssize_t stop = first, block = 16;
+    int gathered_all = 0;
+    w.count = first;
+    for (;;) {
+        const Py_ssize_t upto = count - w.count < block ? count : w.count + block;
+        while (w.count < upto) {
+            PyObject *item = PyList_GET_ITEM(lines, w.count);
+            if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) > p->max_line) break;
+            w.text[w.count - first] = (const unsigned char *)PyBytes_AS_STRING(item);
+            w.len[w.count - first] = PyBytes_GET_SIZE(item);
+            w.count++;
+        }
+        gathered_all = w.count < upto || w.count == count;
+        w.from = stop;
+        Py_BEGIN_ALLOW_THREADS
+        stop = walk(&w);
+        Py_END_ALLOW_THREADS
+        if (w.crypto_failed || stop < w.count || gathered_all) break;
+        block *= 2;
+    }
     if (w.crypto_failed) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL SHA-256 or HMAC-SHA256 failed");
         goto done;
