@@ -26,7 +26,7 @@ import pytest
 from harness.receipts.bundle import export_bundle
 from harness.receipts.checkpoint import format_checkpoint_body
 from harness.receipts.run import RunRecorder
-from harness.verify import chunkcore, runreceipts, storecheck, storechunk, storepool
+from harness.verify import chunkcore, receiptprefetch, storecheck, storechunk, storepool
 from harness.verify.bundle import verify_bundle
 from harness.verify.layout import checkpoint_member
 from harness.verify.merkle import CompactRange, leaf_hash
@@ -89,8 +89,8 @@ def chunk_records(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(storechunk, "MAX_CHUNK_RECORDS", request.param)
     if request.param == 4:  # and receipts checked by the workers, three at a time
         monkeypatch.setattr(storechunk, "GRAMMAR_MIN_LINES", 1)
-        monkeypatch.setattr(runreceipts, "PARALLEL_MIN_RECEIPTS", 1)
-        monkeypatch.setattr(runreceipts, "RECEIPT_BATCH", 3)
+        monkeypatch.setattr(receiptprefetch, "PARALLEL_MIN_RECEIPTS", 1)
+        monkeypatch.setattr(receiptprefetch, "RECEIPT_BATCH", 3)
     return int(request.param)
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO, Final
 
-from . import runreceipts
+from . import receiptprefetch
 from .archive import ArchiveError, ArchiveReader, Limits, Member, open_source
 from .bundlehead import (
     HashingMember,
@@ -433,7 +433,8 @@ class _Pass:
         """Send a run's receipts to the workers as they are read, when it has many
         (``receiptprefetch``): they are verified while the stores are."""
         if run.receipts is None:
-            if self.pool is None or len(run.claim.receipts) < runreceipts.PARALLEL_MIN_RECEIPTS:
+            minimum = receiptprefetch.PARALLEL_MIN_RECEIPTS
+            if self.pool is None or len(run.claim.receipts) < minimum:
                 return
             run.receipts = ReceiptPrefetch(self.pool, self.signer)
         run.receipts.add(name, data)
@@ -567,7 +568,6 @@ class _Pass:
                     run.results,
                     self.signer,
                     self.manifest.producer if self.manifest else "",
-                    self.pool,
                     run.receipts.verified() if run.receipts is not None else None,
                 )
             except VerificationError as exc:

@@ -15,13 +15,19 @@ failure and its message are unchanged (``runreceipts``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
-from . import runreceipts
 from .bundlehead import bounded_json
 from .receipt import ReceiptMemo, VerifiedReceipt, verify_receipt
 from .storepool import ChunkPool
 
-__all__ = ["ReceiptPrefetch", "verify_receipts"]
+__all__ = ["PARALLEL_MIN_RECEIPTS", "RECEIPT_BATCH", "ReceiptPrefetch", "verify_receipts"]
+
+PARALLEL_MIN_RECEIPTS: Final = 64
+"""A run with fewer receipts has them verified at its end, in-process: sending them would cost
+more than it saves."""
+RECEIPT_BATCH: Final = 128
+"""Receipts per job: a job's transfer is small beside its checks."""
 
 _Batch = tuple[str, list[tuple[str, bytes]]]
 
@@ -53,7 +59,7 @@ class ReceiptPrefetch:
 
     def add(self, name: str, data: bytes) -> None:
         self.batch.append((name, data))
-        if len(self.batch) >= runreceipts.RECEIPT_BATCH:
+        if len(self.batch) >= RECEIPT_BATCH:
             self._send()
 
     def _send(self) -> None:

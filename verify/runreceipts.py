@@ -17,9 +17,8 @@ the receipts-list mismatch, which concerns the manifest's run claim (verifier.md
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -136,16 +135,14 @@ def check_run_receipts(
     stores: Mapping[str, StoreResult],
     signer: str,
     producer: str,
-    pool: ReceiptPool | None = None,
     verified: Mapping[str, tuple[bytes, VerifiedReceipt]] | None = None,
 ) -> int:
     """Verify one run's receipts and attestations; returns how many objects were checked.
 
-    With ``pool`` (``storepool.ChunkPool``), a run's many receipts are checked in batches by
-    its worker processes; the first failure in artifact order is the one raised, as here.
-    ``verified``: receipts the workers already verified on their own as they were read
+    ``verified``: receipts a worker pool already verified on their own as they were read
     (``receiptprefetch``), by member, with the bytes verified: then only their match with the
-    lineage log is checked here, and any other receipt is verified here, in order."""
+    lineage log is checked here; any other receipt is verified here. In artifact order either
+    way, so the first failure is the one the one-by-one loop meets."""
     lineage = stores["lineage"]
     finals = lineage.artifacts.final()
     seqs = tuple(sorted(artifact.seq for artifact in finals))
@@ -155,12 +152,9 @@ def check_run_receipts(
             f"the lineage store's final artifacts are records {list(seqs)[:8]}"
         )
     sealing = read(checkpoint_member(run.run, "lineage", lineage.size), 64 << 10)
-    if not verified and pool is not None and len(finals) >= PARALLEL_MIN_RECEIPTS:
-        _check_receipts_in(pool, read, run.run, finals, lineage, sealing, signer)
-    else:
-        memo = ReceiptMemo()  # the run's receipts share one checkpoint note: opened once
-        for artifact in finals:
-            _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo, verified)
+    memo = ReceiptMemo()  # the run's receipts share one checkpoint note: opened once
+    for artifact in finals:
+        _check_receipt(read, run.run, artifact, lineage, sealing, signer, memo, verified)
     if not finals:
         return 0  # no subject, no attestations (see harness.receipts.bundle)
     public = Ed25519PublicKey.from_public_bytes(parse_verifier_key(signer).public_key)
@@ -254,84 +248,6 @@ def _check_receipt_bytes(
             f"({', '.join(problems)})",
             member=member,
         )
-
-
-PARALLEL_MIN_RECEIPTS: Final = 64
-"""Fewer receipts are checked in-process: sending them would cost more than it saves."""
-RECEIPT_BATCH: Final = 128
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptBatch:
-    """Receipts of one run for a worker: each with its final artifact, and what they must
-    match (the lineage log's size and root, its sealing checkpoint note, the signer)."""
-
-    run_id: str
-    items: list[tuple[FinalArtifact, bytes]]
-    size: int
-    root: bytes
-    sealing: bytes
-    signer: str
-
-
-Failure = tuple[type[VerificationError], str, str | None]
-
-
-def check_receipt_batch(batch: ReceiptBatch) -> Failure | None:
-    """The first failure among a batch's receipts, in order (class, message, member), or None."""
-    memo = ReceiptMemo()
-    for artifact, data in batch.items:
-        try:
-            _check_receipt_bytes(
-                data, batch.run_id, artifact, batch.size, batch.root, batch.sealing,
-                batch.signer, memo,
-            )  # fmt: skip
-        except VerificationError as exc:
-            return type(exc), str(exc), exc.member
-    return None
-
-
-class ReceiptPool(Protocol):
-    """What the receipts check needs of a worker pool (``storepool.ChunkPool.map``)."""
-
-    def map(
-        self,
-        job: Callable[[ReceiptBatch], Failure | None],
-        payloads: Iterator[ReceiptBatch],
-    ) -> Iterator[tuple[ReceiptBatch, Failure | None]]: ...
-
-
-def _check_receipts_in(
-    pool: ReceiptPool,
-    read: ReadSmall,
-    run_id: str,
-    finals: list[FinalArtifact],
-    lineage: StoreResult,
-    sealing: bytes,
-    signer: str,
-) -> None:
-    """The receipts in batches on the pool. Read in order here first: a read error at one
-    receipt is raised only if no receipt before it fails, as the one-by-one loop does."""
-    items: list[tuple[FinalArtifact, bytes]] = []
-    unread: ArchiveError | None = None
-    for artifact in finals:
-        try:
-            items.append((artifact, read(receipt_member(run_id, artifact.seq), MAX_RECEIPT_BYTES)))
-        except ArchiveError as exc:
-            unread = exc
-            break
-    batches = (
-        ReceiptBatch(
-            run_id, items[at : at + RECEIPT_BATCH], lineage.size, lineage.root, sealing, signer
-        )
-        for at in range(0, len(items), RECEIPT_BATCH)
-    )
-    for _, failure in pool.map(check_receipt_batch, batches):
-        if failure is not None:
-            kind, message, member = failure
-            raise kind(message, member=member)
-    if unread is not None:
-        raise unread
 
 
 def _check_subjects(member: str, statement: Statement, finals: list[FinalArtifact]) -> None:
