@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from harness.orchestrate.demo import run_demo
 from harness.receipts.keys import load_keys
-from harness.verify import chunkcore, storecheck, storechunk
+from harness.verify import chunkcore, chunkrun, storechunk
 from harness.verify.chain import GENESIS_MAC
 from harness.verify.errors import ChainError
 from harness.verify.grammardfa import store_dfa
@@ -267,13 +267,13 @@ def test_threads_give_verdicts_in_order_and_raise_where_run_here_does(
             raise MemoryError("chunk 20")
         return storechunk.ChunkVerdict(checked=task.start)
 
-    monkeypatch.setattr(storecheck, "check_chunk", check)
-    verdicts = storecheck.run_threads(2, iter(tasks))
+    monkeypatch.setattr(chunkrun, "check_chunk", check)
+    verdicts = chunkrun.run_threads(2, iter(tasks))
     seen = [next(verdicts) for _ in range(5)]
     assert [item[1].checked for item in seen if isinstance(item, tuple)] == [0, 4, 8, 12, 16]
     with pytest.raises(MemoryError, match="chunk 20"):
         next(verdicts)
     error = ChainError("the stream broke")
-    out = list(storecheck.run_threads(2, iter([tasks[0], tasks[1], error, tasks[2]])))
+    out = list(chunkrun.run_threads(2, iter([tasks[0], tasks[1], error, tasks[2]])))
     assert out[2] is error and len(out) == 3
     assert [item[1].checked for item in out[:2] if isinstance(item, tuple)] == [0, 4]

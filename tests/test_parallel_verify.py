@@ -26,7 +26,7 @@ import pytest
 from harness.receipts.bundle import export_bundle
 from harness.receipts.checkpoint import format_checkpoint_body
 from harness.receipts.run import RunRecorder
-from harness.verify import chunkcore, receiptprefetch, storecheck, storechunk, storepool
+from harness.verify import chunkcore, chunkrun, receiptprefetch, storechunk, storepool
 from harness.verify.bundle import verify_bundle
 from harness.verify.layout import checkpoint_member
 from harness.verify.merkle import CompactRange, leaf_hash
@@ -77,7 +77,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     if native and chunkcore._import_core() is None:
         pytest.skip("the compiled core is not built here")
     monkeypatch.setattr(chunkcore, "ENABLED", native)
-    monkeypatch.setattr(storecheck, "CORE_IN_READER", request.param == "native-threads")
+    monkeypatch.setattr(chunkrun, "CORE_IN_READER", request.param == "native-threads")
     return str(request.param)
 
 

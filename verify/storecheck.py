@@ -13,11 +13,9 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
-import functools
 import hashlib
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, Protocol, TypeVar
 
@@ -26,7 +24,7 @@ import orjson
 from .canonical import parse_canonical
 from .chain import GENESIS_MAC, MAC_MISMATCH, derive_store_key
 from .checkpoint import Checkpoint
-from .chunkcore import load_core
+from .chunkrun import ChunkRunner, runner_for
 from .errors import ChainError, CheckpointError, MacMismatchError, SchemaError, VerificationError
 from .lineage import FinalArtifacts, MergeFacts
 from .merkle import CompactRange
@@ -35,7 +33,6 @@ from .storechunk import (
     MAX_CHUNK_BYTES,
     ChunkTask,
     ChunkVerdict,
-    check_chunk,
     chunk_capacity,
 )
 
@@ -305,7 +302,7 @@ def verify_store_chunks(
     # chunks (in the workers), and the records need not be decoded here at all.
     artifacts = (result.artifacts.merged_tasks,) if join.lineage and on_record is None else None
     tasks = _tasks(chunks, store, run_id, mac_key, sorted(wanted), artifacts)
-    verdicts = _runner(pool)(tasks)
+    verdicts = runner_for(pool)(tasks)
     try:
         for item in verdicts:
             if isinstance(item, VerificationError):
@@ -319,70 +316,6 @@ def verify_store_chunks(
         if close is not None:
             close()
     return join.finish(sorted(wanted))
-
-
-CORE_IN_READER = True
-"""With the compiled core, check chunks in this process even when a pool is given: the core
-checks a record in about the time its line takes to reach a worker and its verdict to come
-back, and it lets go of the interpreter lock while it does (docs/spec/performance.md). So
-chunks go to threads here, as many as the pool has workers, and the pool's processes are
-left the receipts."""
-
-
-def _runner(pool: ChunkRunner | None) -> ChunkRunner:
-    if pool is None:
-        return run_here
-    workers = getattr(pool, "workers", 0)  # a ChunkPool's
-    if CORE_IN_READER and workers > 1 and load_core() is not None:
-        return functools.partial(run_threads, workers)
-    return pool
-
-
-ChunkRunner = Callable[
-    [Iterator[ChunkTask | VerificationError]],
-    Iterator[tuple[ChunkTask, ChunkVerdict] | VerificationError],
-]
-"""Checks chunks and yields each with its verdict, in the order given (errors pass through)."""
-
-
-def run_here(
-    tasks: Iterator[ChunkTask | VerificationError],
-) -> Iterator[tuple[ChunkTask, ChunkVerdict] | VerificationError]:
-    """The in-process runner: each chunk checked when the join asks for it."""
-    for task in tasks:
-        if isinstance(task, VerificationError):
-            yield task
-            return
-        yield task, check_chunk(task)
-
-
-def run_threads(
-    workers: int, tasks: Iterator[ChunkTask | VerificationError]
-) -> Iterator[tuple[ChunkTask, ChunkVerdict] | VerificationError]:
-    """Chunks checked by ``workers`` threads (for the compiled core, which checks without the
-    interpreter lock) while this thread reads on; verdicts yielded in chunk order, at most
-    ``workers + 2`` chunks in flight (memory stays flat). An exception of a chunk's check is
-    raised here, where the in-process runner raises it."""
-    with ThreadPoolExecutor(workers, thread_name_prefix="harness-verify-chunks") as executor:
-        window: deque[tuple[ChunkTask, Future[ChunkVerdict]]] = deque()
-        try:
-            for task in tasks:
-                if isinstance(task, VerificationError):
-                    while window:
-                        done, future = window.popleft()
-                        yield done, future.result()
-                    yield task
-                    return
-                window.append((task, executor.submit(check_chunk, task)))
-                if len(window) > workers + 1:
-                    done, future = window.popleft()
-                    yield done, future.result()
-            while window:
-                done, future = window.popleft()
-                yield done, future.result()
-        finally:
-            for _, future in window:
-                future.cancel()
 
 
 def _tasks(

@@ -93,7 +93,7 @@ def _work(
 class ChunkPool:
     """Chunk checks in ``workers`` forked processes, verdicts handed back in chunk order.
 
-    Use as a context manager; call it (a ``storecheck.ChunkRunner``) once per store, ``map``
+    Use as a context manager; call it (a ``chunkrun.ChunkRunner``) once per store, ``map``
     another job over its payloads, or ``submit`` jobs to ``collect`` later (the receipts,
     ``receiptprefetch``).
     ``ChunkPool.start`` returns None where a pool cannot be used safely.
